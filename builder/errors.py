@@ -1,0 +1,65 @@
+"""The builder's one exception tree.
+
+Every error a user can cause is a ``BuilderError``: one line of reason, an optional hint,
+and the process exit code the CLI returns. Third-party exceptions are translated into this
+tree where they are caught (``raise ... from exc``), never leaked to the CLI.
+"""
+
+from __future__ import annotations
+
+
+class BuilderError(Exception):
+    """Base of every error the builder reports to a user."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+
+class UsageError(BuilderError):
+    """Bad command-line input: a malformed URI, an illegal name, conflicting options."""
+
+    exit_code = 2
+
+
+class RegistryError(BuilderError):
+    """The registry cannot give us the model: unknown name, alias, version or run."""
+
+    exit_code = 3
+
+
+class ConversionError(BuilderError):
+    """The model cannot become ONNX: no signature, unsupported flavor, unconvertible op."""
+
+    exit_code = 4
+
+
+class ParityError(BuilderError):
+    """The converted model does not reproduce the original's outputs within tolerance."""
+
+    exit_code = 5
+
+
+class RepositoryError(BuilderError):
+    """The model repository cannot be written or read as asked."""
+
+    exit_code = 6
+
+
+class ValidationError(BuilderError):
+    """``builder validate`` found problems; ``problems`` lists every one."""
+
+    exit_code = 7
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__(f"{len(problems)} problem(s) in the model repository")
+        self.problems = problems
+
+
+class RuntimeSetupError(BuilderError):
+    """The embedded Triton runtime is missing, broken, or failed to start."""
+
+    exit_code = 8
