@@ -63,3 +63,9 @@ class RuntimeSetupError(BuilderError):
     """The embedded Triton runtime is missing, broken, or failed to start."""
 
     exit_code = 8
+
+
+class GpuUnavailableError(BuilderError):
+    """A GPU-only step (a TensorRT engine build) was asked for where there is no GPU."""
+
+    exit_code = 9

@@ -27,4 +27,3 @@ def validate_model_name(name: str, *, what: str = "model name") -> str:
             hint="start with a letter or digit; then letters, digits, '_', '-', '.'; at most 128",
         )
     return name
-

@@ -1,0 +1,89 @@
+"""``builder export MODEL_URI --repo DIR``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from builder.cli.common import console, emit_json, run_json_aware
+from builder.cli.main import app
+from builder.config import ServingOptions, VersionPolicy
+from builder.parity import DEFAULT_ATOL, DEFAULT_RTOL
+
+
+@app.command("export")
+def export(
+    model_uri: Annotated[str, typer.Argument(help="models:/NAME@ALIAS, models:/NAME/VERSION or runs:/RUN_ID/PATH")],
+    repo: Annotated[Path, typer.Option(help="Triton model repository to write into")],
+    name: Annotated[str | None, typer.Option(help="Triton model name (default: the registry name)")] = None,
+    max_batch_size: Annotated[int, typer.Option(help="Largest batch Triton forms; 0 disables batching")] = 64,
+    max_queue_delay_us: Annotated[int, typer.Option(help="How long the batcher waits to fill a batch")] = 1000,
+    preferred_batch_size: Annotated[list[int] | None, typer.Option(help="Batch sizes to prefer (repeat)")] = None,
+    dynamic_batching: Annotated[bool, typer.Option(help="Enable Triton's dynamic batcher")] = True,
+    max_queue_size: Annotated[int, typer.Option(help="Reject requests beyond this queue length (0: no limit)")] = 0,
+    queue_timeout_us: Annotated[int, typer.Option(help="Reject requests queued longer than this (0: never)")] = 0,
+    instances: Annotated[int, typer.Option(help="Model instances (on GPU where there is one, else CPU)")] = 1,
+    version_policy: Annotated[str, typer.Option(help="latest:N, all or specific:1,3")] = "latest:1",
+    warmup: Annotated[bool, typer.Option(help="Warm the model up with the input example at load")] = True,
+    gpu_accelerator: Annotated[str, typer.Option(help="none, or tensorrt: ONNX Runtime's TensorRT EP on GPU servers")] = "none",
+    trt_precision: Annotated[str, typer.Option(help="FP16 or FP32, for --gpu-accelerator tensorrt")] = "FP16",
+    ensemble: Annotated[bool, typer.Option(help="Also write preprocess -> model -> postprocess ensemble")] = False,
+    ensemble_spec: Annotated[Path | None, typer.Option(help="Ensemble JSON spec (default: the run's serving/ensemble.json)")] = None,
+    atol: Annotated[float, typer.Option(help="Parity: absolute tolerance")] = DEFAULT_ATOL,
+    rtol: Annotated[float, typer.Option(help="Parity: relative tolerance")] = DEFAULT_RTOL,
+    parity_rows: Annotated[int, typer.Option(help="Parity: rows generated from the signature, besides the input example")] = 64,
+    opset: Annotated[int, typer.Option(help="ONNX opset (tree models use at most 15)")] = 17,
+    format: Annotated[list[str] | None, typer.Option("--format", help="onnx (default), tensorrt or all")] = None,
+    force: Annotated[bool, typer.Option(help="Replace an existing version with different content")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout")] = False,
+) -> None:
+    """Export a registry model to ONNX, check parity, and write it into a Triton model repository."""
+    from builder.export import ExportRequest, export_model
+
+    def go() -> None:
+        formats = tuple(format or ["onnx"])
+        request = ExportRequest(
+            model_uri=model_uri,
+            repo=repo,
+            name=name,
+            serving=ServingOptions(
+                max_batch_size=max_batch_size,
+                max_queue_delay_us=max_queue_delay_us,
+                preferred_batch_sizes=tuple(preferred_batch_size or ()),
+                dynamic_batching=dynamic_batching,
+                max_queue_size=max_queue_size,
+                queue_timeout_us=queue_timeout_us,
+                instances=instances,
+                version_policy=VersionPolicy.parse(version_policy),
+                warmup=warmup,
+                gpu_accelerator=gpu_accelerator,
+                trt_precision=trt_precision,
+            ),
+            atol=atol,
+            rtol=rtol,
+            parity_rows=parity_rows,
+            opset=opset,
+            ensemble=ensemble,
+            ensemble_spec=ensemble_spec,
+            force=force,
+            formats=("onnx", "tensorrt") if "all" in formats else formats,
+        )
+        if json_output:
+            result = export_model(request)
+            emit_json({"ok": True, **result.to_dict()})
+            return
+        with console.status("exporting") as status:
+            result = export_model(request, progress=lambda step: status.update(f"{step} …"))
+        for step in result.steps:
+            console.print(f"[green]✓[/] {step.name}: {step.detail} [dim]({step.seconds:.2f}s)[/]")
+        table = Table(title=f"{result.name} version {result.version} → {repo}")
+        for col in ("model", "version", "status", "files"):
+            table.add_column(col)
+        for w in result.written:
+            table.add_row(w.name, str(w.version), w.status, ", ".join(w.files) or "(ensemble)")
+        console.print(table)
+
+    run_json_aware(json_output, go)

@@ -1,0 +1,39 @@
+"""``builder validate --repo DIR``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from builder.cli.common import console, emit_json, run_json_aware
+from builder.cli.main import app
+from builder.errors import ValidationError
+
+
+@app.command("validate")
+def validate(
+    repo: Annotated[Path, typer.Option(help="Triton model repository to check")],
+    json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout")] = False,
+) -> None:
+    """Check every model in a repository (configs, files, ensemble wiring) without starting Triton."""
+    from builder.validate import validate_repository
+
+    def go() -> None:
+        entries, problems = validate_repository(repo)
+        if problems:
+            raise ValidationError(problems)
+        if json_output:
+            emit_json({"ok": True, "models": [{"name": e.name, "versions": e.versions} for e in entries]})
+            return
+        table = Table(title=f"{repo}: {len(entries)} model(s), no problems")
+        for col in ("model", "kind", "versions", "max batch"):
+            table.add_column(col)
+        for e in entries:
+            kind = e.config.platform or e.config.backend
+            table.add_row(e.name, kind, ", ".join(map(str, e.versions)), str(e.config.max_batch_size))
+        console.print(table)
+
+    run_json_aware(json_output, go)

@@ -1,0 +1,173 @@
+"""Ensembles: preprocess (Python backend) -> model (ONNX) -> postprocess (Python backend).
+
+The pre/postprocessing parameters come from the MLflow run that trained the model: the
+artifact ``serving/ensemble.json`` (``{"preprocess": {...}, "postprocess": {...}}``, the format
+of ``builder/ensemble_models/transforms.py``), with the run param ``decision_threshold``
+overriding the threshold. ``--ensemble-spec FILE`` gives the same JSON from a file instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from builder.config import EnsembleStep, ServingOptions, ensemble_config, python_model_config
+from builder.errors import UsageError
+from builder.registry import RegistryModel
+from builder.repository import ModelArtifact
+from builder.tensors import TensorSpec
+
+RUN_ARTIFACT = "serving/ensemble.json"
+
+
+@dataclass(frozen=True)
+class EnsembleSpec:
+    preprocess: dict[str, Any]
+    postprocess: dict[str, Any]
+    source: str  # where it came from, recorded in the metadata
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str) -> EnsembleSpec:
+        if not isinstance(data, dict) or not set(data) <= {"preprocess", "postprocess"}:
+            raise UsageError(
+                f"ensemble spec {source}: expected an object with 'preprocess' and/or 'postprocess'"
+            )
+        pre, post = data.get("preprocess") or {}, data.get("postprocess") or {}
+        for key in ("impute", "mean", "scale"):
+            values = pre.get(key)
+            if values is not None and not (
+                isinstance(values, list) and all(isinstance(v, int | float) for v in values)
+            ):
+                raise UsageError(
+                    f"ensemble spec {source}: preprocess.{key} must be a list of numbers"
+                )
+        threshold = post.get("threshold", 0.5)
+        if not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
+            raise UsageError(f"ensemble spec {source}: postprocess.threshold must be in [0, 1]")
+        return cls(preprocess=dict(pre), postprocess=dict(post), source=source)
+
+
+def load_spec(model: RegistryModel, spec_file: Path | None) -> EnsembleSpec:
+    """The spec from ``spec_file``, else from the model's run; a threshold param overrides."""
+    if spec_file is not None:
+        try:
+            data = json.loads(spec_file.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"cannot read ensemble spec {spec_file}: {exc}") from exc
+        spec = EnsembleSpec.from_dict(data, str(spec_file))
+    else:
+        spec = EnsembleSpec.from_dict(_run_artifact(model), f"runs:/{model.run_id}/{RUN_ARTIFACT}")
+    if "decision_threshold" in model.run_params:
+        try:
+            spec.postprocess["threshold"] = float(model.run_params["decision_threshold"])
+        except ValueError as exc:
+            raise UsageError("run param decision_threshold is not a number") from exc
+    return spec
+
+
+def _run_artifact(model: RegistryModel) -> Any:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    try:
+        path = mlflow.artifacts.download_artifacts(run_id=model.run_id, artifact_path=RUN_ARTIFACT)
+        return json.loads(Path(path).read_text())
+    except (MlflowException, OSError, json.JSONDecodeError) as exc:
+        raise UsageError(
+            f"--ensemble: the run {model.run_id} of {model.ref} has no readable {RUN_ARTIFACT}",
+            hint="log it with mlflow.log_dict(spec, 'serving/ensemble.json') or pass --ensemble-spec FILE",
+        ) from exc
+
+
+def _step_files(script: str) -> dict[str, bytes]:
+    package = resources.files("builder.ensemble_models")
+    return {
+        "model.py": package.joinpath(script).read_bytes(),
+        "transforms.py": package.joinpath("transforms.py").read_bytes(),
+    }
+
+
+def ensemble_artifacts(
+    name: str,
+    model_inputs: tuple[TensorSpec, ...],
+    model_outputs: tuple[TensorSpec, ...],
+    spec: EnsembleSpec,
+    options: ServingOptions,
+) -> list[ModelArtifact]:
+    """The preprocess, postprocess and ensemble models around the exported model ``name``."""
+    if len(model_inputs) != 1 or model_inputs[0].dtype != "float32":
+        raise UsageError("--ensemble needs a model with one float32 input (a tabular model)")
+    (raw,) = model_inputs
+    by_name = {t.name: t for t in model_outputs}
+    mbs = options.max_batch_size
+    pre_name, post_name, ens_name = f"{name}_preprocess", f"{name}_postprocess", f"{name}_ensemble"
+    features = TensorSpec("features", raw.dtype, raw.shape)
+    width = raw.shape[1]
+    for key in ("impute", "mean", "scale"):
+        values = spec.preprocess.get(key)
+        if values is not None and len(values) != width:
+            raise UsageError(
+                f"ensemble spec {spec.source}: preprocess.{key} has {len(values)} values, "
+                f"the model takes {width} features"
+            )
+    spec_json = {"spec": json.dumps(spec.preprocess)}
+    artifacts = [
+        ModelArtifact(
+            name=pre_name,
+            config=python_model_config(
+                pre_name,
+                [raw],
+                [features],
+                max_batch_size=mbs,
+                parameters=spec_json,
+                options=options,
+            ),
+            version_files=_step_files("preprocess.py"),
+        )
+    ]
+    steps = [
+        EnsembleStep(pre_name, {raw.name: raw.name}, {"features": "features"}),
+        EnsembleStep(
+            name,
+            {raw.name: "features"},
+            {o.name: o.name for o in model_outputs if o.name != "label"},
+        ),
+    ]
+    outputs = [o for o in model_outputs if o.name != "label"]
+    if "probabilities" in by_name:
+        probs = by_name["probabilities"]
+        score = TensorSpec("score", "float32", (-1, 1))
+        label = TensorSpec("label", "int64", (-1, 1))
+        artifacts.append(
+            ModelArtifact(
+                name=post_name,
+                config=python_model_config(
+                    post_name,
+                    [probs],
+                    [score, label],
+                    max_batch_size=mbs,
+                    parameters={"spec": json.dumps(spec.postprocess)},
+                    options=options,
+                ),
+                version_files=_step_files("postprocess.py"),
+            )
+        )
+        steps.append(
+            EnsembleStep(
+                post_name, {"probabilities": "probabilities"}, {"score": "score", "label": "label"}
+            )
+        )
+        outputs += [score, label]
+    artifacts.append(
+        ModelArtifact(
+            name=ens_name,
+            config=ensemble_config(
+                ens_name, [raw], outputs, steps, max_batch_size=mbs, options=options
+            ),
+            version_files={},
+        )
+    )
+    return artifacts

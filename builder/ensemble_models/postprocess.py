@@ -1,0 +1,40 @@
+"""Triton Python-backend model: the ensemble's postprocess step (score and decision label).
+
+Runs in Triton's model-execution environment; the decision threshold comes from the config's
+``parameters { key: "spec" }``, written by ``builder export --ensemble`` from the MLflow run.
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import transforms
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.spec = json.loads(config["parameters"]["spec"]["string_value"])
+
+    def execute(self, requests):
+        arrays = [
+            pb_utils.get_input_tensor_by_name(r, "probabilities").as_numpy() for r in requests
+        ]
+        sizes = [len(a) for a in arrays]
+        score, label = transforms.postprocess(np.concatenate(arrays), self.spec)
+        bounds = np.cumsum(sizes)[:-1]
+        responses = []
+        for s, lab in zip(np.split(score, bounds), np.split(label, bounds), strict=False):
+            responses.append(
+                pb_utils.InferenceResponse(
+                    output_tensors=[
+                        pb_utils.Tensor("score", np.ascontiguousarray(s)),
+                        pb_utils.Tensor("label", np.ascontiguousarray(lab)),
+                    ]
+                )
+            )
+        return responses

@@ -1,0 +1,132 @@
+"""Numerical parity: the ONNX model in onnxruntime against the original through its flavor.
+
+Float outputs pass when ``|onnx - native| <= atol + rtol * |native|`` element-wise (numpy's
+``allclose`` rule); integer outputs (class labels) must be equal. The defaults, atol 1e-5 and
+rtol 1e-5, are Model Navigator's: tight enough to catch a wrong conversion, loose enough for
+float32 tree thresholds and reordered float sums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from builder.errors import ParityError
+
+DEFAULT_ATOL = 1e-5
+DEFAULT_RTOL = 1e-5
+
+
+@dataclass(frozen=True)
+class OutputParity:
+    name: str
+    max_abs_err: float
+    max_rel_err: float
+    mismatches: int  # elements outside tolerance (or unequal, for integers)
+    elements: int
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "max_abs_err": self.max_abs_err,
+            "max_rel_err": self.max_rel_err,
+            "mismatches": self.mismatches,
+            "elements": self.elements,
+        }
+
+
+@dataclass(frozen=True)
+class ParityReport:
+    rows: int
+    source: str  # "input_example" or "generated"
+    atol: float
+    rtol: float
+    outputs: tuple[OutputParity, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(o.mismatches == 0 for o in self.outputs)
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "passed": self.passed,
+            "rows": self.rows,
+            "source": self.source,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "outputs": {o.name: o.to_dict() for o in self.outputs},
+        }
+
+
+def run_onnx(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # the shape-inference warnings are noise to a user here
+    session = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, feeds), strict=True))
+
+
+def compare(
+    converted: dict[str, np.ndarray],
+    native: dict[str, np.ndarray],
+    *,
+    rows: int,
+    source: str,
+    atol: float = DEFAULT_ATOL,
+    rtol: float = DEFAULT_RTOL,
+) -> ParityReport:
+    """Compare outputs present in both; a native output the ONNX model lacks is a failure."""
+    results = []
+    for name, expected in native.items():
+        if name not in converted:
+            raise ParityError(f"the ONNX model has no output {name!r} (it has {sorted(converted)})")
+        got = converted[name]
+        if got.shape != expected.shape:
+            raise ParityError(
+                f"output {name!r}: ONNX shape {got.shape} differs from the original's {expected.shape}"
+            )
+        results.append(_compare_one(name, got, expected, atol, rtol))
+    return ParityReport(rows=rows, source=source, atol=atol, rtol=rtol, outputs=tuple(results))
+
+
+def _compare_one(
+    name: str, got: np.ndarray, expected: np.ndarray, atol: float, rtol: float
+) -> OutputParity:
+    if expected.dtype.kind in "iub" and got.dtype.kind in "iub":
+        diff = np.abs(got.astype(np.int64) - expected.astype(np.int64)).astype(np.float64)
+        bad = int(np.count_nonzero(diff))
+        rel = diff / np.maximum(np.abs(expected.astype(np.float64)), 1.0)
+    else:
+        g, e = got.astype(np.float64), expected.astype(np.float64)
+        diff = np.abs(g - e)
+        bad = int(np.count_nonzero(~(diff <= atol + rtol * np.abs(e))))
+        rel = diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
+    return OutputParity(
+        name=name,
+        max_abs_err=float(diff.max(initial=0.0)),
+        max_rel_err=float(rel.max(initial=0.0)),
+        mismatches=bad,
+        elements=int(expected.size),
+    )
+
+
+def require_pass(report: ParityReport, model_ref: str) -> None:
+    """Raise ParityError with the figures a user needs to judge the miss."""
+    if report.passed:
+        return
+    worst = [o for o in report.outputs if o.mismatches]
+    detail = "; ".join(
+        f"{o.name}: {o.mismatches}/{o.elements} outside tolerance, max abs err {o.max_abs_err:.3g}, "
+        f"max rel err {o.max_rel_err:.3g}"
+        for o in worst
+    )
+    raise ParityError(
+        f"{model_ref}: ONNX output differs from the original (atol={report.atol:g}, "
+        f"rtol={report.rtol:g}): {detail}",
+        hint="loosen with --atol/--rtol if the difference is acceptable; nothing was written",
+    )
