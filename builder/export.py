@@ -21,7 +21,7 @@ import onnx
 from builder import __version__
 from builder.config import ServingOptions, onnx_model_config
 from builder.convert import DEFAULT_OPSET, converter_for
-from builder.convert.base import batch_outputs_2d, check_model, graph_tensors
+from builder.convert.base import check_model, graph_tensors, normalize_outputs
 from builder.errors import ConversionError, UsageError
 from builder.names import validate_model_name
 from builder.parity import DEFAULT_ATOL, DEFAULT_RTOL, ParityReport, compare, require_pass, run_onnx
@@ -188,8 +188,6 @@ def _convert(
     converter: Any, native: Any, inputs: ModelInputs, opset: int, model: RegistryModel
 ) -> onnx.ModelProto:
     onnx_model = converter.to_onnx(native, inputs, opset)
-    if _opset(onnx_model) >= 13:  # Unsqueeze takes axes as an input from opset 13 on
-        onnx_model = batch_outputs_2d(onnx_model)
     onnx_model = check_model(onnx_model, model.ref)
     expected = {t.name for t in inputs.tensors}
     actual = {t.name for t in graph_tensors(onnx_model.graph.input)}
@@ -197,7 +195,8 @@ def _convert(
         raise ConversionError(
             f"{model.ref}: ONNX inputs {sorted(actual)} do not match the signature's {sorted(expected)}"
         )
-    return onnx_model
+    probe = {t.name: t.sample(3, np.random.default_rng(1)) for t in inputs.tensors}
+    return check_model(normalize_outputs(onnx_model, probe), model.ref)
 
 
 def _opset(model: onnx.ModelProto) -> int:

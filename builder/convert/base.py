@@ -17,6 +17,9 @@ from builder.tensors import TensorSpec, dtype_from_onnx
 # Opset 17 is what the ONNX Runtime in Triton 24.10 (1.19) runs and every converter here
 # emits; the tree-model converters of onnxmltools stop at 15 (their own limit, see boosting).
 DEFAULT_OPSET = 17
+# Default-domain opset declared for graphs that import none (pure ai.onnx.ml tree graphs) once
+# the builder adds a standard op to them; 15 is what onnxmltools pairs with its ML opset.
+FALLBACK_OPSET = 15
 
 
 class FlavorConverter(ABC):
@@ -56,34 +59,45 @@ def graph_tensors(values: Any) -> tuple[TensorSpec, ...]:
     return tuple(specs)
 
 
-def batch_outputs_2d(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Give every rank-1 output (e.g. a classifier's ``label`` of shape [N]) shape [N, 1].
+def normalize_outputs(model: onnx.ModelProto, probe: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """Declare every output as [batch, ...] and give per-row scalars a trailing axis of 1.
 
-    Triton describes a batched output by its per-row dims, and a per-row scalar has none; a
-    trailing axis of 1 keeps the config plain (``dims: [1]``) on both the embedded and the
-    NGC server, instead of relying on ``reshape`` support in every backend.
+    Converters declare output shapes loosely (onnxmltools says ``label`` is [1] when it is [N];
+    others leave the rank out), and Triton's config is derived from the declared shapes. So the
+    graph is run once on ``probe`` rows and the outputs are re-declared from what it really
+    returns. A rank-1 output (a classifier's ``label``) becomes [N, 1]: Triton describes a
+    batched tensor by its per-row dims, and a plain ``dims: [1]`` loads on every backend,
+    where ``reshape`` support varies.
     """
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    actual = dict(zip([o.name for o in session.get_outputs()], session.run(None, probe), strict=True))
     graph = model.graph
-    for out in list(graph.output):
-        dims = out.type.tensor_type.shape.dim
-        if len(dims) != 1:
-            continue
-        inner = f"{out.name}__rank1"
-        for node in graph.node:
-            node.output[:] = [inner if o == out.name else o for o in node.output]
-        axes = helper.make_tensor(f"{out.name}__axes", onnx.TensorProto.INT64, [1], [1])
-        graph.initializer.append(axes)
-        graph.node.append(helper.make_node("Unsqueeze", [inner, axes.name], [out.name]))
-        batch = dims[0]
-        new_dims = [batch.dim_param or (batch.dim_value if batch.dim_value else "N"), 1]
-        out.type.tensor_type.shape.ClearField("dim")
-        for d in new_dims:
-            dim = out.type.tensor_type.shape.dim.add()
-            if isinstance(d, str):
-                dim.dim_param = d
-            else:
-                dim.dim_value = d
+    for out in graph.output:
+        shape = actual[out.name].shape
+        if len(shape) == 1:
+            inner = f"{out.name}__rank1"
+            for node in graph.node:
+                node.output[:] = [inner if o == out.name else o for o in node.output]
+            # Reshape (opset >= 5), not Unsqueeze (whose axes input needs opset 13): tree
+            # converters emit graphs at old or no default-domain opsets.
+            target = helper.make_tensor(f"{out.name}__shape", onnx.TensorProto.INT64, [2], [-1, 1])
+            graph.initializer.append(target)
+            graph.node.append(helper.make_node("Reshape", [inner, target.name], [out.name]))
+            _ensure_default_opset(model)
+            shape = (*shape, 1)
+        declared = out.type.tensor_type.shape
+        declared.ClearField("dim")
+        declared.dim.add().dim_param = "batch"
+        for d in shape[1:]:
+            declared.dim.add().dim_value = d
     return model
+
+
+def _ensure_default_opset(model: onnx.ModelProto) -> None:
+    if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid("", FALLBACK_OPSET))
 
 
 def check_model(model: onnx.ModelProto, model_ref: str) -> onnx.ModelProto:

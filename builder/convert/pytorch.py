@@ -1,13 +1,13 @@
-"""PyTorch modules -> ONNX with a dynamic batch axis (``torch.onnx.export``).
+"""PyTorch modules -> ONNX with a dynamic batch axis (``torch.onnx.export``, dynamo exporter).
 
-The TorchScript-based exporter (``dynamo=False``) is used: it is fast (sub-second for small
-models), needs no onnxscript at run time, and produces the dynamic batch axis from
-``dynamic_axes``. Inputs and outputs are named from the signature.
+MLflow 3 saves PyTorch models as ``torch.export`` programs (``model.pt2``) by default, and loads
+them back as graph modules that the TorchScript exporter cannot trace (they refuse ``train()``
+and ``eval()``). The dynamo exporter takes both those and pickled ``nn.Module``s, with the batch
+axis declared dynamic. It needs onnxscript and emits opset 18 or later.
 """
 
 from __future__ import annotations
 
-import io
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,8 @@ from builder.convert.base import FlavorConverter
 from builder.errors import ConversionError
 from builder.signature import ModelInputs
 
+MIN_OPSET = 18  # the dynamo exporter's lowest
+
 
 class PyTorchConverter(FlavorConverter):
     flavor = "pytorch"
@@ -28,9 +30,11 @@ class PyTorchConverter(FlavorConverter):
 
     def load(self, local_path: Path) -> Any:
         import mlflow.pytorch
+        import torch
 
         module = mlflow.pytorch.load_model(str(local_path), map_location="cpu")
-        module.eval()
+        if hasattr(module, "training") and not isinstance(module, torch.fx.GraphModule):
+            module.eval()  # an exported program's module has no train/eval mode to set
         return module
 
     def to_onnx(self, native: Any, inputs: ModelInputs, opset: int) -> onnx.ModelProto:
@@ -38,22 +42,22 @@ class PyTorchConverter(FlavorConverter):
 
         names = [t.name for t in inputs.tensors]
         examples = tuple(
-            torch.from_numpy(t.sample(2, np.random.default_rng(0))) for t in inputs.tensors
+            torch.from_numpy(t.sample(4, np.random.default_rng(0))) for t in inputs.tensors
         )
-        dynamic = {n: {0: "batch"} for n in names + self.output_names}
-        buffer = io.BytesIO()
+        batch = torch.export.Dim("batch")
+        dynamic = tuple({0: batch} for _ in names)
         try:
             with warnings.catch_warnings(), torch.no_grad():
                 warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notes
-                torch.onnx.export(
+                program = torch.onnx.export(
                     native,
                     examples,
-                    buffer,
                     input_names=names,
                     output_names=self.output_names,
-                    dynamic_axes=dynamic,
-                    opset_version=opset,
-                    dynamo=False,
+                    dynamic_shapes=dynamic,
+                    opset_version=max(opset, MIN_OPSET),
+                    dynamo=True,
+                    verbose=False,
                 )
         except Exception as exc:  # torch raises UnsupportedOperatorError, SymbolicValueError, ...
             raise ConversionError(
@@ -61,7 +65,9 @@ class PyTorchConverter(FlavorConverter):
                 hint="an operator without an ONNX symbolic: rewrite it with supported ops, or log "
                 "the model as ONNX yourself (mlflow.onnx.log_model)",
             ) from exc
-        return onnx.load_from_string(buffer.getvalue())
+        if program is None:
+            raise ConversionError("torch.onnx.export returned no program")
+        return program.model_proto
 
     def predict(
         self, native: Any, feeds: dict[str, np.ndarray], inputs: ModelInputs

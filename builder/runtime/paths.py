@@ -136,8 +136,7 @@ def locate_runtime(root: Path | None = None) -> RuntimePaths:
     missing = [p for p in paths.required_files() if not p.exists()]
     if missing:
         raise RuntimeSetupError(
-            f"embedded Triton runtime not installed at {root} "
-            f"(incomplete: {missing[0]} is missing)",
+            f"embedded Triton runtime not installed at {root} (incomplete: {missing[0]} is missing)",
             hint="run `builder runtime install` (it repairs an incomplete runtime)",
         )
     return paths

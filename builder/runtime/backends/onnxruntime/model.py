@@ -60,14 +60,10 @@ def _check_types(kind: str, declared: list[dict[str, Any]], actual: dict[str, st
     for entry in declared:
         name = entry["name"]
         if name not in actual:
-            raise ValueError(
-                f"config {kind} '{name}' is not a graph {kind} (graph has {sorted(actual)})"
-            )
+            raise ValueError(f"config {kind} '{name}' is not a graph {kind} (graph has {sorted(actual)})")
         expected = _ORT_TO_TRITON.get(actual[name])
         if expected is not None and entry["data_type"] != expected:
-            raise ValueError(
-                f"config {kind} '{name}' is {entry['data_type']} but the graph has {expected}"
-            )
+            raise ValueError(f"config {kind} '{name}' is {entry['data_type']} but the graph has {expected}")
 
 
 @dataclass
@@ -92,8 +88,7 @@ class TritonPythonModel:
         self.max_batch_size = int(config.get("max_batch_size", 0))
         # Outputs are cast to the config's declared type: the config is the client contract.
         self.output_dtypes = {
-            out["name"]: pb_utils.triton_string_to_numpy(out["data_type"])
-            for out in config.get("output", [])
+            out["name"]: pb_utils.triton_string_to_numpy(out["data_type"]) for out in config.get("output", [])
         }
         self.input_names = [inp["name"] for inp in config.get("input", [])]
 
@@ -105,17 +100,13 @@ class TritonPythonModel:
         self.session = ort.InferenceSession(
             _model_path(args, config), sess_options=options, providers=["CPUExecutionProvider"]
         )
-        _check_types(
-            "input", config.get("input", []), {i.name: i.type for i in self.session.get_inputs()}
-        )
+        _check_types("input", config.get("input", []), {i.name: i.type for i in self.session.get_inputs()})
         _check_types(
             "output",
             config.get("output", []),
             {o.name: o.type for o in self.session.get_outputs()},
         )
-        self.string_inputs = {
-            i.name for i in self.session.get_inputs() if i.type == "tensor(string)"
-        }
+        self.string_inputs = {i.name for i in self.session.get_inputs() if i.type == "tensor(string)"}
 
     def execute(self, requests: list[Any]) -> list[Any]:
         """Answer every request, in order; a failing group gets error responses, not a crash."""
@@ -144,9 +135,9 @@ class TritonPythonModel:
             array = tensor.as_numpy()
             if name in self.string_inputs:
                 # Triton hands BYTES as Python bytes; onnxruntime's string tensors want str.
-                array = np.vectorize(
-                    lambda v: v.decode() if isinstance(v, bytes) else v, otypes=[object]
-                )(array)
+                array = np.vectorize(lambda v: v.decode() if isinstance(v, bytes) else v, otypes=[object])(
+                    array
+                )
             arrays[name] = array
         return arrays
 
@@ -180,9 +171,7 @@ class TritonPythonModel:
             outputs = self._split(merged, sizes)
         return [
             pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor(name, self._cast(name, result[name])) for name in item.wanted
-                ]
+                output_tensors=[pb_utils.Tensor(name, self._cast(name, result[name])) for name in item.wanted]
             )
             for item, result in zip(group, outputs, strict=True)
         ]

@@ -1,0 +1,123 @@
+"""Small real models, trained in seconds and registered in the test registry.
+
+Each function trains on a synthetic fraud-like data set, logs the model with its flavor, an
+input example (so MLflow infers the signature) and registers it with the alias ``champion``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+FEATURES = ["amount", "hour", "merchant_risk", "user_age_days", "tx_last_24h"]
+
+
+@dataclass
+class Registered:
+    name: str
+    version: int
+    run_id: str
+    native: Any
+    X: pd.DataFrame
+
+
+def dataset(rows: int = 400, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = pd.DataFrame(
+        {
+            "amount": rng.lognormal(3.0, 1.0, rows),
+            "hour": rng.integers(0, 24, rows).astype(float),
+            "merchant_risk": rng.uniform(0, 1, rows),
+            "user_age_days": rng.integers(1, 3000, rows).astype(float),
+            "tx_last_24h": rng.poisson(2, rows).astype(float),
+        }
+    )
+    logit = 0.02 * X.amount + 3 * X.merchant_risk - 0.001 * X.user_age_days + 0.3 * X.tx_last_24h - 3
+    y = (rng.uniform(size=rows) < 1 / (1 + np.exp(-logit))).astype(int)
+    return X, y
+
+
+def _register(name: str, info: Any, native: Any, X: pd.DataFrame, alias: str = "champion") -> Registered:
+    from mlflow import MlflowClient
+
+    version = int(info.registered_model_version)
+    MlflowClient().set_registered_model_alias(name, alias, str(version))
+    return Registered(name=name, version=version, run_id=info.run_id, native=native, X=X)
+
+
+def sklearn_classifier(name: str, **log_kwargs: Any) -> Registered:
+    import mlflow
+    from sklearn.ensemble import GradientBoostingClassifier
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X, y = dataset()
+    model = make_pipeline(StandardScaler(), GradientBoostingClassifier(n_estimators=20, max_depth=3)).fit(X, y)
+    with mlflow.start_run():
+        info = mlflow.sklearn.log_model(
+            model,
+            name="model",
+            input_example=X.iloc[:5],
+            registered_model_name=name,
+            skops_trusted_types=["sklearn.tree._tree.Tree"],
+            **log_kwargs,
+        )
+    return _register(name, info, model, X)
+
+
+def sklearn_regressor(name: str) -> Registered:
+    import mlflow
+    from sklearn.linear_model import Ridge
+
+    X, y = dataset()
+    model = Ridge().fit(X, X.amount * 0.1 + y)
+    with mlflow.start_run():
+        info = mlflow.sklearn.log_model(model, name="model", input_example=X.iloc[:5], registered_model_name=name)
+    return _register(name, info, model, X)
+
+
+def xgboost_classifier(name: str) -> Registered:
+    import mlflow
+    import xgboost as xgb
+
+    X, y = dataset()
+    model = xgb.XGBClassifier(n_estimators=20, max_depth=3, tree_method="hist").fit(X, y)
+    with mlflow.start_run():
+        info = mlflow.xgboost.log_model(model, name="model", input_example=X.iloc[:5], registered_model_name=name)
+    return _register(name, info, model, X)
+
+
+def lightgbm_classifier(name: str) -> Registered:
+    import lightgbm as lgb
+    import mlflow
+
+    X, y = dataset()
+    model = lgb.LGBMClassifier(n_estimators=20, num_leaves=8, verbose=-1).fit(X, y)
+    with mlflow.start_run():
+        info = mlflow.lightgbm.log_model(model, name="model", input_example=X.iloc[:5], registered_model_name=name)
+    return _register(name, info, model, X)
+
+
+def pytorch_mlp(name: str) -> Registered:
+    import mlflow
+    import torch
+
+    torch.manual_seed(0)
+    X, y = dataset()
+    x = torch.tensor(((X - X.mean()) / X.std()).to_numpy(), dtype=torch.float32)
+    module = torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1), torch.nn.Sigmoid())
+    opt = torch.optim.Adam(module.parameters(), lr=0.05)
+    target = torch.tensor(y, dtype=torch.float32).reshape(-1, 1)
+    for _ in range(50):
+        opt.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy(module(x), target)
+        loss.backward()
+        opt.step()
+    module.eval()
+    example = x[:5].numpy()
+    with mlflow.start_run():
+        info = mlflow.pytorch.log_model(module, name="model", input_example=example, registered_model_name=name)
+    return _register(name, info, module, pd.DataFrame(x.numpy()))
