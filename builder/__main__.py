@@ -1,0 +1,5 @@
+"""``python -m builder`` = the ``builder`` command."""
+
+from builder.cli.main import main
+
+main()
