@@ -22,6 +22,7 @@ class Registered:
     run_id: str
     native: Any
     X: pd.DataFrame
+    extra: dict[str, Any] | None = None
 
 
 def dataset(rows: int = 400, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
@@ -121,3 +122,33 @@ def pytorch_mlp(name: str) -> Registered:
     with mlflow.start_run():
         info = mlflow.pytorch.log_model(module, name="model", input_example=example, registered_model_name=name)
     return _register(name, info, module, pd.DataFrame(x.numpy()))
+
+
+def sklearn_for_ensemble(name: str, threshold: float = 0.3) -> Registered:
+    """A classifier trained on preprocessed features, with the preprocessing and threshold
+    logged in its run (``serving/ensemble.json``, param ``decision_threshold``), as a team
+    that serves it through an ensemble would log it."""
+    import mlflow
+    from sklearn.ensemble import GradientBoostingClassifier
+
+    from builder.ensemble_models import transforms
+
+    X, y = dataset(seed=1)
+    X = X.copy()
+    X.loc[X.index[::7], "merchant_risk"] = np.nan  # missing values, imputed by the spec
+    spec = {"preprocess": transforms.fit_preprocess(X.to_numpy()), "postprocess": {"positive_index": 1}}
+    features = pd.DataFrame(transforms.preprocess(X.to_numpy(), spec["preprocess"]), columns=FEATURES)
+    model = GradientBoostingClassifier(n_estimators=20, max_depth=3).fit(features, y)
+    with mlflow.start_run():
+        mlflow.log_dict(spec, "serving/ensemble.json")
+        mlflow.log_param("decision_threshold", threshold)
+        info = mlflow.sklearn.log_model(
+            model,
+            name="model",
+            input_example=features.iloc[:5],
+            registered_model_name=name,
+            skops_trusted_types=["sklearn.tree._tree.Tree"],
+        )
+    registered = _register(name, info, model, X)
+    registered.extra = {"spec": spec, "threshold": threshold}
+    return registered

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import signal
 import sys
-import threading
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -52,29 +51,23 @@ def _models_table(models: list[dict[str, Any]]) -> Table:
     return table
 
 
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    # SIGTERM takes Ctrl-C's path, so a stop during start or while serving is equally clean.
+    raise KeyboardInterrupt
+
+
 def _run_until_stopped(server: TritonServer, show_log: bool) -> None:
     """Block until Ctrl-C or SIGTERM; a server that dies on its own is an error."""
-    stop = threading.Event()
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
     offset = server.log_path.stat().st_size if show_log else 0
-    try:
-        while not stop.is_set():
-            code = server.wait(timeout=0.5)
-            if show_log:
-                offset = _copy_log(server.log_path, offset)
-            if code is not None:
-                raise RuntimeSetupError(
-                    f"tritonserver exited unexpectedly (exit code {code})\n{server.log_tail()}",
-                    hint=f"see the full log at {server.log_path}",
-                )
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    while True:
+        code = server.wait(timeout=0.5)
+        if show_log:
+            offset = _copy_log(server.log_path, offset)
+        if code is not None:
+            raise RuntimeSetupError(
+                f"tritonserver exited unexpectedly (exit code {code})\n{server.log_tail()}",
+                hint=f"see the full log at {server.log_path}",
+            )
 
 
 def _copy_log(path: Path, offset: int) -> int:
@@ -123,6 +116,7 @@ def serve(
         address=address,
     )
     console.print(f"starting Triton on {repo} (mode {model_control_mode}) ...")
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         server.start(timeout=start_timeout)
         console.print(f"[bold green]ready[/]  HTTP  {server.http_url}")
@@ -132,8 +126,11 @@ def serve(
         console.print(_models_table(server.models()))
         console.print("[dim]Ctrl-C to stop[/]")
         _run_until_stopped(server, show_log)
+    except KeyboardInterrupt:
+        console.print("stopping ...")
     finally:
         server.stop()
+        signal.signal(signal.SIGTERM, previous)
     console.print("stopped")
 
 

@@ -125,10 +125,11 @@ def _run(step: str, cmd: Sequence[str | Path]) -> None:
             hint="check network access to the package index and rerun `builder runtime install`",
         ) from exc
     if done.returncode != 0:
+        tool = "pip" if "pip" in cmd[1:3] else Path(str(cmd[0])).name
         lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
         errors = [ln for ln in lines if ln.startswith("ERROR")] or lines or ["(no output)"]
         raise RuntimeSetupError(
-            f"runtime install step '{step}' failed: {Path(str(cmd[0])).name} exited "
+            f"runtime install step '{step}' failed: {tool} exited "
             f"{done.returncode}: {errors[-1].strip()}",
             hint="fix the cause above and rerun `builder runtime install`; finished steps are kept",
         )

@@ -1,0 +1,52 @@
+# Front door: `make demo` and `make test` each set everything up from a fresh clone, then run.
+# Setup is idempotent and cached: the venv is rebuilt only when the lock file changes, and the
+# embedded Triton runtime only when its pins change (`builder runtime install` checks a stamp).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The venv stamp carries the lock's hash, so editing the lock rebuilds the environment.
+LOCK_HASH := $(shell sha256sum requirements/project.lock pyproject.toml | sha256sum | cut -c1-12)
+VENV_STAMP := $(VENV)/.installed-$(LOCK_HASH)
+export BUILDER_RUNTIME_DIR ?= $(CURDIR)/.runtime
+PYTEST_ARGS ?=
+
+.PHONY: setup venv runtime test demo bench lint clean help
+
+help:
+	@echo "make demo   - set up, then train -> register -> export -> serve -> predict"
+	@echo "make test   - set up, then run every test (unit and integration, real servers)"
+	@echo "make bench  - set up, then run the benchmarks (writes benchmarks/results/)"
+	@echo "make lint   - ruff and mypy"
+
+setup: venv runtime
+
+venv: $(VENV_STAMP)
+
+$(VENV_STAMP): requirements/project.lock pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), "Python 3.11+ is required"'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
+	$(BIN)/python -m pip install --quiet -r requirements/project.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+runtime: venv
+	$(BIN)/builder runtime install
+
+test: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: setup
+	$(BIN)/python demo/run_demo.py
+
+bench: setup
+	$(BIN)/python benchmarks/run.py
+
+lint: venv
+	$(BIN)/ruff check builder gateway loadtests tests demo benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .runtime .demo

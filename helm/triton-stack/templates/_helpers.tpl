@@ -1,0 +1,265 @@
+{{/*
+Names. Kubernetes names are DNS labels: at most 63 characters.
+*/}}
+{{- define "triton-stack.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "triton-stack.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* A component's object name: "<fullname>-<component>", kept within 63 characters. */}}
+{{- define "triton-stack.componentName" -}}
+{{- printf "%s-%s" (include "triton-stack.fullname" .ctx | trunc (int (sub 62 (len .component)))) .component | trimSuffix "-" }}
+{{- end }}
+
+{{- define "triton-stack.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* A label value from an image tag ("24.10-py3" stays as is; "+" is not allowed in labels). */}}
+{{- define "triton-stack.labelValue" -}}
+{{- . | toString | replace "+" "_" | trunc 63 | trimSuffix "-" | trimSuffix "." }}
+{{- end }}
+
+{{/*
+Selector labels: stable for the life of a release, because Deployment/StatefulSet selectors are
+immutable. Call with (dict "ctx" $ "component" "gateway").
+*/}}
+{{- define "triton-stack.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "triton-stack.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/*
+Standard labels. The version label is the component's own image tag (Triton 24.10-py3, redis
+7.4-alpine, ...), which says more than the chart's appVersion would.
+Call with (dict "ctx" $ "component" "triton" "version" "24.10-py3").
+*/}}
+{{- define "triton-stack.labels" -}}
+helm.sh/chart: {{ include "triton-stack.chart" .ctx }}
+{{ include "triton-stack.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "triton-stack.labelValue" .version | quote }}
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+app.kubernetes.io/part-of: triton-stack
+{{- with .ctx.Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Component shorthands. */}}
+{{- define "triton-stack.triton.name" -}}
+{{- include "triton-stack.componentName" (dict "ctx" . "component" "triton") }}
+{{- end }}
+
+{{- define "triton-stack.triton.labels" -}}
+{{- include "triton-stack.labels" (dict "ctx" . "component" "triton" "version" .Values.triton.image.tag) }}
+{{- end }}
+
+{{- define "triton-stack.triton.selectorLabels" -}}
+{{- include "triton-stack.selectorLabels" (dict "ctx" . "component" "triton") }}
+{{- end }}
+
+{{- define "triton-stack.gateway.name" -}}
+{{- include "triton-stack.componentName" (dict "ctx" . "component" "gateway") }}
+{{- end }}
+
+{{- define "triton-stack.gateway.tag" -}}
+{{- default .Chart.AppVersion .Values.gateway.image.tag }}
+{{- end }}
+
+{{- define "triton-stack.gateway.labels" -}}
+{{- include "triton-stack.labels" (dict "ctx" . "component" "gateway" "version" (include "triton-stack.gateway.tag" .)) }}
+{{- end }}
+
+{{- define "triton-stack.gateway.selectorLabels" -}}
+{{- include "triton-stack.selectorLabels" (dict "ctx" . "component" "gateway") }}
+{{- end }}
+
+{{- define "triton-stack.redis.name" -}}
+{{- include "triton-stack.componentName" (dict "ctx" . "component" "redis") }}
+{{- end }}
+
+{{- define "triton-stack.redis.labels" -}}
+{{- include "triton-stack.labels" (dict "ctx" . "component" "redis" "version" .Values.redis.image.tag) }}
+{{- end }}
+
+{{- define "triton-stack.redis.selectorLabels" -}}
+{{- include "triton-stack.selectorLabels" (dict "ctx" . "component" "redis") }}
+{{- end }}
+
+{{/*
+The InferenceService name; KServe derives the predictor host from it. Knative appends
+"-predictor-00001" and more to it, and those names must stay within 63 characters.
+*/}}
+{{- define "triton-stack.kserve.name" -}}
+{{- default (include "triton-stack.fullname" .) .Values.kserve.name | trunc 45 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The ServingRuntime the InferenceService names, or "" to let KServe choose by modelFormat. */}}
+{{- define "triton-stack.kserve.runtimeName" -}}
+{{- if .Values.kserve.runtime.create }}
+{{- include "triton-stack.triton.name" . }}
+{{- else }}
+{{- .Values.kserve.runtime.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The model repository as a URI KServe's storage initializer understands: the object-store URI as
+given, or pvc://<claim>/<subPath> for a volume.
+*/}}
+{{- define "triton-stack.kserve.storageUri" -}}
+{{- if .Values.modelRepository.storageUri }}
+{{- .Values.modelRepository.storageUri }}
+{{- else }}
+{{- printf "pvc://%s/%s" .Values.modelRepository.pvc.claimName .Values.modelRepository.pvc.subPath | trimSuffix "/" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Fail early on value combinations the schema cannot express, so a bad release never reaches the
+cluster half-applied.
+*/}}
+{{- define "triton-stack.validate" -}}
+{{- $repo := .Values.modelRepository }}
+{{- if and $repo.storageUri $repo.pvc.claimName }}
+{{- fail "modelRepository: set either storageUri or pvc.claimName, not both" }}
+{{- end }}
+{{- if not (or $repo.storageUri $repo.pvc.claimName) }}
+{{- fail "modelRepository: set storageUri (s3://... or gs://...) or pvc.claimName" }}
+{{- end }}
+{{- if and (eq .Values.triton.mode "deployment") $repo.storageUri (not (regexMatch "^(s3|gs)://" $repo.storageUri)) }}
+{{- fail "modelRepository.storageUri: deployment mode syncs s3:// or gs:// only (KServe mode takes any URI its storage initializer knows)" }}
+{{- end }}
+{{- if and (eq .Values.triton.mode "kserve") .Values.kserve.canary.enabled (ne .Values.kserve.deploymentMode "Serverless") }}
+{{- fail "kserve.canary.enabled needs kserve.deploymentMode=Serverless: RawDeployment has no traffic split" }}
+{{- end }}
+{{- if and (not .Values.redis.enabled) (not .Values.redis.external.url) }}
+{{- fail "redis.enabled=false needs redis.external.url (the Feast online store)" }}
+{{- end }}
+{{- if and .Values.gateway.autoscaling.enabled (gt (int .Values.gateway.autoscaling.minReplicas) (int .Values.gateway.autoscaling.maxReplicas)) }}
+{{- fail "gateway.autoscaling.minReplicas must not exceed maxReplicas" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Triton container resources: the values, plus nvidia.com/gpu when the GPU is on. Extended resources
+need only a limit; Kubernetes sets the request equal to it.
+*/}}
+{{- define "triton-stack.triton.resources" -}}
+{{- $res := deepCopy (default dict .Values.triton.resources) }}
+{{- if .Values.triton.gpu.enabled }}
+{{- $limits := deepCopy (default dict $res.limits) }}
+{{- $_ := set $limits "nvidia.com/gpu" (int .Values.triton.gpu.count) }}
+{{- $_ := set $res "limits" $limits }}
+{{- end }}
+{{- toYaml $res }}
+{{- end }}
+
+{{/* Scheduling for Triton pods: the GPU node selector and tolerations join the general ones. */}}
+{{- define "triton-stack.triton.scheduling" -}}
+{{- $nodeSelector := deepCopy (default dict .Values.triton.nodeSelector) }}
+{{- $tolerations := default list .Values.triton.tolerations }}
+{{- if .Values.triton.gpu.enabled }}
+{{- $nodeSelector = merge $nodeSelector (default dict .Values.triton.gpu.nodeSelector) }}
+{{- $tolerations = concat $tolerations (default list .Values.triton.gpu.tolerations) }}
+{{- end }}
+{{- with $nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.triton.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The tritonserver command line (args to the NGC entrypoint, which sets up CUDA and then execs them).
+Call with (dict "ctx" $ "repository" "/models").
+*/}}
+{{- define "triton-stack.triton.args" -}}
+{{- $t := .ctx.Values.triton -}}
+- tritonserver
+- --model-repository={{ .repository }}
+- --model-control-mode={{ $t.modelControlMode }}
+{{- if eq $t.modelControlMode "explicit" }}
+{{- range $t.loadModels }}
+- --load-model={{ . }}
+{{- end }}
+{{- end }}
+- --http-port={{ $t.ports.http }}
+- --grpc-port={{ $t.ports.grpc }}
+- --metrics-port={{ $t.ports.metrics }}
+{{- range $t.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* Health probes on Triton's HTTP endpoint (KServe's gRPC serving port cannot answer HTTP). */}}
+{{- define "triton-stack.triton.probes" -}}
+{{- $t := .Values.triton -}}
+startupProbe:
+  httpGet:
+    path: /v2/health/live
+    port: {{ $t.ports.http }}
+  periodSeconds: {{ $t.probes.startup.periodSeconds }}
+  failureThreshold: {{ $t.probes.startup.failureThreshold }}
+readinessProbe:
+  httpGet:
+    path: /v2/health/ready
+    port: {{ $t.ports.http }}
+  periodSeconds: {{ $t.probes.readiness.periodSeconds }}
+  timeoutSeconds: {{ $t.probes.readiness.timeoutSeconds }}
+  failureThreshold: {{ $t.probes.readiness.failureThreshold }}
+livenessProbe:
+  httpGet:
+    path: /v2/health/live
+    port: {{ $t.ports.http }}
+  periodSeconds: {{ $t.probes.liveness.periodSeconds }}
+  timeoutSeconds: {{ $t.probes.liveness.timeoutSeconds }}
+  failureThreshold: {{ $t.probes.liveness.failureThreshold }}
+{{- end }}
+
+{{/*
+The Triton gRPC address the gateway dials (host:port, no scheme). In kserve mode that is the
+predictor's cluster-local host, where Knative splits traffic between the stable and canary revisions.
+*/}}
+{{- define "triton-stack.tritonGrpcAddress" -}}
+{{- if .Values.gateway.tritonUrl }}
+{{- .Values.gateway.tritonUrl }}
+{{- else if eq .Values.triton.mode "kserve" }}
+{{- printf "%s-predictor.%s.svc.%s:80" (include "triton-stack.kserve.name" .) .Release.Namespace .Values.clusterDomain }}
+{{- else }}
+{{- printf "%s.%s.svc.%s:%d" (include "triton-stack.triton.name" .) .Release.Namespace .Values.clusterDomain (int .Values.triton.ports.grpc) }}
+{{- end }}
+{{- end }}
+
+{{- define "triton-stack.redisUrl" -}}
+{{- if .Values.redis.enabled }}
+{{- printf "redis://%s.%s.svc.%s:%d/0" (include "triton-stack.redis.name" .) .Release.Namespace .Values.clusterDomain (int .Values.redis.port) }}
+{{- else }}
+{{- .Values.redis.external.url }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the gateway's API keys: the chart's own or an existing one. */}}
+{{- define "triton-stack.gateway.apiKeysSecret" -}}
+{{- default (printf "%s-api-keys" (include "triton-stack.gateway.name" .)) .Values.gateway.auth.existingSecret }}
+{{- end }}

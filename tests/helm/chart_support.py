@@ -1,0 +1,245 @@
+"""Rendering the chart with the real Helm library, and reading what it rendered.
+
+Nothing here knows the template text: objects are found by kind and by the
+`app.kubernetes.io/component` label, and expectations come from the merged values
+(`Chart.merge_values`, Helm's own coalescing) or from other rendered objects.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from helm_python import Chart
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO_ROOT / "helm" / "triton-stack"
+# Shared project data beside the checkout (../shared/data/kserve), overridable for other layouts.
+KSERVE_CRD_DIR = Path(os.environ.get("KSERVE_CRD_DIR", REPO_ROOT.parent / "shared" / "data" / "kserve"))
+KUBE_VERSION = "1.30"
+RELEASE = "demo"
+NAMESPACE = "serving"
+
+S3_URI = "s3://models/triton-repo"
+
+# The value sets a user would deploy with; every rendered-object test runs on the ones it concerns.
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "kserve-canary": {
+        "triton": {"mode": "kserve", "gpu": {"enabled": True, "count": 1}},
+        "kserve": {"canary": {"enabled": True, "trafficPercent": 20}},
+        "modelRepository": {"storageUri": S3_URI},
+    },
+    "kserve-stable": {
+        "triton": {"mode": "kserve"},
+        "kserve": {"canary": {"enabled": False}},
+        "modelRepository": {"pvc": {"claimName": "model-repo", "subPath": "v3"}},
+    },
+    "deployment-pvc": {
+        "triton": {"mode": "deployment"},
+        "modelRepository": {"pvc": {"claimName": "triton-models", "subPath": "repo"}},
+        "gateway": {"auth": {"apiKeys": ["key-one", "key-two"]}},
+    },
+    "deployment-object-storage": {
+        "triton": {"mode": "deployment"},
+        "modelRepository": {
+            "storageUri": S3_URI,
+            "sync": {"s3": {"endpointUrl": "http://minio.storage:9000"}},
+        },
+    },
+    "gpu-on": {
+        "triton": {
+            "mode": "deployment",
+            "gpu": {"enabled": True, "count": 2},
+            "nodeSelector": {"pool": "inference"},
+        },
+        "modelRepository": {"pvc": {"claimName": "triton-models"}},
+    },
+    "gpu-off": {
+        "triton": {"mode": "deployment", "gpu": {"enabled": False}},
+        "modelRepository": {"pvc": {"claimName": "triton-models"}},
+        "gateway": {"autoscaling": {"enabled": False}, "replicas": 3},
+    },
+    "monitoring-off": {
+        "triton": {"mode": "kserve"},
+        "modelRepository": {"storageUri": S3_URI},
+        "monitoring": {"serviceMonitors": {"enabled": False}},
+    },
+    "redis-external": {
+        "triton": {"mode": "deployment"},
+        "modelRepository": {"storageUri": S3_URI},
+        "redis": {"enabled": False, "external": {"url": "redis://feast-redis.cache.svc:6379/1"}},
+        "gateway": {"auth": {"existingSecret": "gateway-keys", "existingSecretKey": "keys.txt"}},
+    },
+}
+ALL_SETS = list(VALUE_SETS)
+KSERVE_SETS = [n for n, v in VALUE_SETS.items() if v["triton"]["mode"] == "kserve"]
+DEPLOYMENT_SETS = [n for n, v in VALUE_SETS.items() if v["triton"]["mode"] == "deployment"]
+
+COMPONENT = "app.kubernetes.io/component"
+TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:24.10-py3"
+
+
+def on(*sets: str) -> pytest.MarkDecorator:
+    """Run a test once per named value set, on the module-scoped `release` fixture."""
+    return pytest.mark.parametrize("release", list(sets), indirect=True)
+
+
+def subset(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    """Whether a matchLabels selector selects objects carrying `labels`."""
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def arg_value(args: list[str], flag: str) -> str | None:
+    """The value of a `--flag=value` argument, or None."""
+    prefix = f"{flag}="
+    values = [a[len(prefix) :] for a in args if a.startswith(prefix)]
+    return values[-1] if values else None
+
+
+def env_of(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+def listening_ports(container: dict[str, Any]) -> dict[str | int, int]:
+    """Ports a container listens on, by name and by number (Triton's flags included: in KServe
+    mode only the serving port is declared, but HTTP and metrics still listen)."""
+    ports: dict[str | int, int] = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
+    ports |= {p["containerPort"]: p["containerPort"] for p in container.get("ports", [])}
+    for flag in ("--http-port", "--grpc-port", "--metrics-port"):
+        if value := arg_value(container.get("args", []), flag):
+            ports[int(value)] = int(value)
+    return ports
+
+
+@dataclass(frozen=True)
+class Pods:
+    """What a workload's pods look like: their labels and containers (init ones apart)."""
+
+    labels: dict[str, str]
+    containers: list[dict[str, Any]]
+    init_containers: list[dict[str, Any]] = field(default_factory=list)
+    spec: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def main(self) -> dict[str, Any]:
+        assert len(self.containers) == 1, self.containers
+        return self.containers[0]
+
+
+@dataclass(frozen=True)
+class Release:
+    """One rendered value set."""
+
+    set_name: str
+    values: dict[str, Any]
+    objects: list[dict[str, Any]]
+
+    @property
+    def kserve(self) -> bool:
+        return bool(self.values["triton"]["mode"] == "kserve")
+
+    def all(self, kind: str, component: str | None = None) -> list[dict[str, Any]]:
+        return [
+            o
+            for o in self.objects
+            if o["kind"] == kind
+            and (component is None or o["metadata"]["labels"].get(COMPONENT) == component)
+        ]
+
+    def one(self, kind: str, component: str | None = None) -> dict[str, Any]:
+        found = self.all(kind, component)
+        assert len(found) == 1, f"expected one {kind} ({component}), got {len(found)}"
+        return found[0]
+
+    def pods(self, component: str) -> Pods:
+        """The pods of a component, wherever they are declared."""
+        if component == "triton" and self.kserve:
+            # KServe builds the pod from the InferenceService predictor and its ServingRuntime.
+            predictor = self.one("InferenceService")["spec"]["predictor"]
+            runtime = self.all("ServingRuntime")
+            containers = runtime[0]["spec"]["containers"] if runtime else [predictor["model"]]
+            return Pods(predictor.get("labels", {}), containers, spec=predictor)
+        kind = "StatefulSet" if component == "redis" else "Deployment"
+        template = self.one(kind, component)["spec"]["template"]
+        return Pods(
+            template["metadata"]["labels"],
+            template["spec"]["containers"],
+            template["spec"].get("initContainers", []),
+            template["spec"],
+        )
+
+    def gateway_env(self) -> dict[str, str]:
+        return env_of(self.pods("gateway").main)
+
+
+def render(chart: Chart, set_name: str, overrides: dict[str, Any]) -> Release:
+    manifests = chart.render(overrides, name=RELEASE, namespace=NAMESPACE)
+    objects = [
+        doc
+        for path, text in sorted(manifests.items())
+        if path.endswith((".yaml", ".yml"))
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+    return Release(set_name, chart.merge_values(overrides), objects)
+
+
+# --- KServe CRD schemas ------------------------------------------------------------------------
+
+CRD_FILES = {
+    "InferenceService": "serving.kserve.io_inferenceservices.yaml",
+    "ServingRuntime": "serving.kserve.io_servingruntimes.yaml",
+}
+
+
+@cache
+def crd_schema(kind: str, api_version: str) -> dict[str, Any]:
+    """The openAPIV3Schema the API server applies to `kind` at `api_version`."""
+    # The InferenceService CRD is ~700 kB of YAML: libyaml parses it ten times faster.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    crd = yaml.load((KSERVE_CRD_DIR / CRD_FILES[kind]).read_text(), Loader=loader)
+    group = crd["spec"]["group"]
+    for version in crd["spec"]["versions"]:
+        if f"{group}/{version['name']}" == api_version and version.get("served", True):
+            schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+            return schema
+    raise LookupError(f"{kind} {api_version} is not served by the CRD")
+
+
+def crd_errors(obj: dict[str, Any]) -> list[str]:
+    """Schema violations, plus fields the API server would silently prune (typos)."""
+    if not KSERVE_CRD_DIR.is_dir():
+        pytest.skip(f"KServe CRDs not found at {KSERVE_CRD_DIR} (set KSERVE_CRD_DIR)")
+    schema = crd_schema(obj["kind"], obj["apiVersion"])
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
+    return errors + [f"{p}: unknown field (pruned)" for p in pruned_fields(obj, schema, "")]
+
+
+def pruned_fields(value: Any, schema: dict[str, Any], path: str) -> list[str]:
+    """Paths that structural-schema pruning would drop: CRD schemas do not reject unknown
+    fields, the API server removes them, so a misspelt field would vanish without an error."""
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        return []
+    if isinstance(value, list):
+        items = schema.get("items", {})
+        return [p for i, v in enumerate(value) for p in pruned_fields(v, items, f"{path}[{i}]")]
+    if not isinstance(value, dict) or path == "/metadata":
+        return []  # ObjectMeta is validated by the API server itself, not by the CRD
+    props = schema.get("properties", {})
+    extra = schema.get("additionalProperties")
+    found = []
+    for key, sub in value.items():
+        if key in props:
+            found += pruned_fields(sub, props[key], f"{path}/{key}")
+        elif isinstance(extra, dict):
+            found += pruned_fields(sub, extra, f"{path}/{key}")
+        elif extra is not True:
+            found.append(f"{path}/{key}")
+    return found

@@ -1,0 +1,115 @@
+"""The gateway as deployed: where it finds Triton and the online store, its API keys, HPA and PDB."""
+
+from __future__ import annotations
+
+import base64
+from urllib.parse import urlsplit
+
+from helm_python import Chart
+
+from tests.helm.chart_support import (
+    ALL_SETS,
+    NAMESPACE,
+    VALUE_SETS,
+    Release,
+    on,
+    render,
+    subset,
+)
+
+
+@on(*ALL_SETS)
+def test_gateway_points_at_triton_grpc_and_the_online_store(release: Release) -> None:
+    env = release.gateway_env()
+    gateway = release.pods("gateway").main
+    assert {p["name"]: p["containerPort"] for p in gateway["ports"]} == {"http": 8080, "grpc": 50051}
+    assert gateway["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert gateway["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+
+    host, _, port = env["GATEWAY_TRITON_URL"].rpartition(":")
+    if release.kserve:
+        # The predictor's cluster-local route, where Knative splits stable and canary traffic.
+        isvc = release.one("InferenceService")["metadata"]["name"]
+        assert host == f"{isvc}-predictor.{NAMESPACE}.svc.cluster.local" and port == "80"
+    else:
+        service = release.one("Service", "triton")
+        ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+        assert host == f"{service['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
+        assert int(port) == ports["grpc"]
+
+    assert env["GATEWAY_ONLINE_STORE"] == "redis"
+    assert env["GATEWAY_FEATURE_REPO"] == release.values["gateway"]["featureRepo"]
+    if release.values["redis"]["enabled"]:
+        redis = release.one("Service", "redis")
+        url = urlsplit(env["GATEWAY_REDIS_URL"])
+        assert url.scheme == "redis"
+        assert url.hostname == f"{redis['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
+        assert url.port == redis["spec"]["ports"][0]["port"]
+    else:
+        assert env["GATEWAY_REDIS_URL"] == release.values["redis"]["external"]["url"]
+        assert release.all("StatefulSet", "redis") == [] and release.all("Service", "redis") == []
+
+
+@on(*ALL_SETS)
+def test_api_keys_secret_is_mounted_where_the_gateway_reads_it(release: Release) -> None:
+    auth = release.values["gateway"]["auth"]
+    pods = release.pods("gateway")
+    volume = next(v for v in pods.spec["volumes"] if "secret" in v)
+    mount = next(m for m in pods.main["volumeMounts"] if m["name"] == volume["name"])
+    (item,) = volume["secret"]["items"]
+    keys_file = f"{mount['mountPath']}/{item['path']}"
+    assert keys_file == "/etc/gateway/api-keys"
+    assert release.gateway_env()["GATEWAY_API_KEYS_FILE"] == keys_file
+    secrets = release.all("Secret")
+    if auth["existingSecret"]:
+        assert secrets == []
+        assert volume["secret"]["secretName"] == auth["existingSecret"]
+        assert item["key"] == auth["existingSecretKey"]
+        return
+    (secret,) = secrets
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    lines = base64.b64decode(secret["data"][item["key"]]).decode().splitlines()
+    if auth["apiKeys"]:
+        assert lines == auth["apiKeys"]
+    else:  # generated at install
+        assert len(lines) == 1 and len(lines[0]) >= 32
+
+
+def test_auth_off_mounts_no_keys(chart: Chart) -> None:
+    values = {**VALUE_SETS["deployment-pvc"], "gateway": {"auth": {"enabled": False}}}
+    rel = render(chart, "auth-off", values)
+    assert rel.all("Secret") == []
+    assert "GATEWAY_API_KEYS_FILE" not in rel.gateway_env()
+    assert not any("secret" in v for v in rel.pods("gateway").spec["volumes"])
+
+
+@on(*ALL_SETS)
+def test_hpa_scales_the_gateway_deployment(release: Release) -> None:
+    autoscaling = release.values["gateway"]["autoscaling"]
+    deployment = release.one("Deployment", "gateway")
+    hpas = release.all("HorizontalPodAutoscaler")
+    if not autoscaling["enabled"]:
+        assert hpas == []
+        assert deployment["spec"]["replicas"] == release.values["gateway"]["replicas"]
+        return
+    (hpa,) = hpas
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": deployment["apiVersion"],
+        "kind": "Deployment",
+        "name": deployment["metadata"]["name"],
+    }
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["resource"]["name"] == "cpu"
+    target = metric["resource"]["target"]["averageUtilization"]
+    assert target == autoscaling["targetCPUUtilizationPercentage"]
+    assert "replicas" not in deployment["spec"]  # the HPA owns the count
+
+
+@on(*ALL_SETS)
+def test_pdb_protects_the_gateway_pods_only(release: Release) -> None:
+    pdb = release.one("PodDisruptionBudget")
+    assert pdb["apiVersion"] == "policy/v1"
+    selector = pdb["spec"]["selector"]["matchLabels"]
+    assert subset(selector, release.pods("gateway").labels)
+    assert not subset(selector, release.pods("triton").labels)
