@@ -7,6 +7,7 @@ repository until every step before the write has passed, so any refusal leaves i
 from __future__ import annotations
 
 import hashlib
+import json
 import tempfile
 import time
 from collections.abc import Callable
@@ -255,6 +256,20 @@ def _input_example(model: RegistryModel, inputs: ModelInputs) -> dict[str, np.nd
     return None
 
 
+def _identity(request: ExportRequest, model: RegistryModel) -> str:
+    """Same registry version, run, builder and conversion settings = the same export."""
+    key = {
+        "registered_name": model.registered_name,
+        "version": model.version,
+        "run_id": model.run_id,
+        "uri": model.uri.raw if model.version is None else None,
+        "builder_version": __version__,
+        "opset": request.opset,
+        "formats": sorted(request.formats),
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
 def _parity_line(report: ParityReport) -> str:
     worst = max((o.max_abs_err for o in report.outputs), default=0.0)
     verdict = "pass" if report.passed else "FAIL"
@@ -290,6 +305,7 @@ def _artifacts(
         warmup_files={t.name: t.name for t in inputs.tensors} if options.warmup else None,
     )
     onnx_bytes = onnx_model.SerializeToString()
+    identity = _identity(request, model)
     metadata = {
         "builder_version": __version__,
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -324,6 +340,7 @@ def _artifacts(
             version_files={"model.onnx": onnx_bytes},
             model_files=warmup if options.warmup else {},
             metadata=metadata,
+            identity=identity,
         )
     ]
     if request.ensemble:

@@ -56,6 +56,8 @@ def _client() -> Any:
     import mlflow
     from mlflow import MlflowClient
 
+    # MLflow's download progress bars are noise in a CLI that prints its own progress.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     uri = tracking_uri()
     mlflow.set_tracking_uri(uri)
     return MlflowClient(tracking_uri=uri, registry_uri=os.environ.get("MLFLOW_REGISTRY_URI") or uri)

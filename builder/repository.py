@@ -7,8 +7,10 @@ A version directory appears whole or not at all: it is staged as ``<model>/.stag
 number, so Triton never treats it as a version) and renamed into place; ``config.pbtxt`` and
 warm-up files are replaced with ``os.replace``. Everything is staged before anything is
 renamed, so a failure in any model of an ensemble leaves the repository as it was.
-Re-exporting the same content is a no-op; different content under an existing version number
-is refused unless forced, since a serving Triton may hold that version.
+Re-exporting the same source (same registry version, run and export settings: the artifact's
+``identity``) is a no-op, even where a converter's output is not byte-for-byte reproducible;
+anything else under an existing version number is refused unless forced, since a serving
+Triton may hold that version.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class ModelArtifact:
     version_files: dict[str, bytes]
     model_files: dict[str, bytes] = field(default_factory=dict)  # e.g. warmup/<input>
     metadata: dict[str, Any] = field(default_factory=dict)
+    # What makes two exports "the same": defaults to the digest of the version files.
+    identity: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,18 +137,20 @@ def write_models(
 
 def _plan(repo: Path, version: int, art: ModelArtifact, force: bool) -> tuple[ModelArtifact, str]:
     digest = content_digest(art.version_files)
+    identity = art.identity or digest
     art = ModelArtifact(
         name=art.name,
         config=art.config,
         version_files=art.version_files,
         model_files=art.model_files,
-        metadata={**art.metadata, "content_sha256": digest},
+        metadata={**art.metadata, "content_sha256": digest, "identity": identity},
+        identity=identity,
     )
     version_dir = repo / art.name / str(version)
     if not version_dir.exists():
         return art, "written"
     existing = read_metadata(version_dir) or {}
-    if existing.get("content_sha256") == digest:
+    if existing.get("identity") == identity:
         return art, "unchanged"
     if not force:
         origin = existing.get("source", {}).get("uri", "an unknown source")

@@ -95,6 +95,9 @@ def serve(
     ] = None,
     runtime_dir: RuntimeDirOption = None,
     log_verbose: Annotated[int, typer.Option(help="Triton's --log-verbose level.")] = 0,
+    log_file: Annotated[
+        Path | None, typer.Option(help="Write Triton's log here (default: a temp file).")
+    ] = None,
     show_log: Annotated[bool, typer.Option(help="Copy Triton's log to stderr.")] = False,
     start_timeout: Annotated[float, typer.Option(help="Seconds to wait for ready.")] = 120,
 ) -> None:
@@ -114,6 +117,7 @@ def serve(
         runtime=locate_runtime(runtime_dir),
         log_verbose=log_verbose,
         address=address,
+        log_path=log_file,
     )
     console.print(f"starting Triton on {repo} (mode {model_control_mode}) ...")
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)

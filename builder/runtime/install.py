@@ -129,8 +129,7 @@ def _run(step: str, cmd: Sequence[str | Path]) -> None:
         lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
         errors = [ln for ln in lines if ln.startswith("ERROR")] or lines or ["(no output)"]
         raise RuntimeSetupError(
-            f"runtime install step '{step}' failed: {tool} exited "
-            f"{done.returncode}: {errors[-1].strip()}",
+            f"runtime install step '{step}' failed: {tool} exited {done.returncode}: {errors[-1].strip()}",
             hint="fix the cause above and rerun `builder runtime install`; finished steps are kept",
         )
 

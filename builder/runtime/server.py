@@ -11,7 +11,8 @@ Used by ``builder serve`` and by test fixtures. Choices, and why:
   Python-backend stub processes it forks: SIGTERM to the server lets it unload models (the
   stubs exit with them), then SIGKILL to the whole group removes anything left.
 * A ``weakref.finalize`` kills the group if the owner forgets ``stop()`` or the interpreter
-  exits, so a crashed test run leaves no server or stub behind.
+  exits, and a parent-death signal kills the server if its owner is killed outright, so a
+  crashed test run leaves no server or stub behind.
 * Readiness is HTTP ``/v2/health/ready`` plus the metrics endpoint answering: Triton binds
   metrics last, and a taken metrics port kills a server that already said "ready".
 """
@@ -24,8 +25,10 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -44,6 +47,16 @@ _PORT_TAKEN = re.compile(r"already in use|Address already in use")
 _EXIT_TIMEOUT_S = 10  # Triton waits this long for in-flight requests on SIGTERM; < stop()'s 15
 _LOG_TAIL_LINES = 40
 _PROBE_TIMEOUT_S = 1.0
+# tritonserver is started through this exec shim: it asks the kernel to SIGKILL the server if
+# the thread that started it dies (PR_SET_PDEATHSIG survives execve), so an owner killed
+# outright (SIGKILL'd pytest, crashed `builder serve`) leaves no server behind; the stubs
+# watch their parent and exit on their own within seconds.
+_EXEC_WITH_PDEATHSIG = (
+    "import ctypes, os, signal, sys\n"
+    "ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG\n"
+    "if os.getppid() != int(sys.argv[1]): sys.exit(1)  # the owner died before prctl\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
 
 def _group_alive(pgid: int) -> bool:
@@ -80,11 +93,10 @@ def _kill_group(pgid: int, timeout: float = 5.0) -> None:
         time.sleep(0.05)
 
 
-def _http_status(url: str, *, method: str = "GET") -> int | None:
-    """Status code of a local HTTP request, or None when nothing answers yet."""
-    request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+def _http_status(url: str) -> int | None:
+    """Status code of a local HTTP GET, or None when nothing answers yet."""
     try:
-        with urllib.request.urlopen(request, timeout=_PROBE_TIMEOUT_S) as response:
+        with urllib.request.urlopen(url, timeout=_PROBE_TIMEOUT_S) as response:
             return int(response.status)
     except urllib.error.HTTPError as exc:
         return int(exc.code)
@@ -281,6 +293,10 @@ class TritonServer:
         self._write_log_line("$ " + " ".join(cmd))
         self._log_offset = self.log_path.stat().st_size
         self._log_handle = open(self.log_path, "a")  # noqa: SIM115 - closed in stop()
+        # The death signal follows the starting *thread*; from any other thread it could kill
+        # a server whose owner is still alive, so only the main thread asks for it.
+        if sys.platform == "linux" and threading.current_thread() is threading.main_thread():
+            cmd = [sys.executable, "-I", "-S", "-c", _EXEC_WITH_PDEATHSIG, str(os.getpid()), *cmd]
         try:
             self._proc = subprocess.Popen(
                 cmd,

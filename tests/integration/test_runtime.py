@@ -297,6 +297,14 @@ def test_broken_config_fails_fast_with_log_tail(start_triton: StartTriton, tmp_p
     assert stub_pids(repo) == [] and server_pids(repo) == []
 
 
+def test_start_timeout_kills_the_server(start_triton: StartTriton, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_model(repo, "affine")
+    with pytest.raises(RuntimeSetupError, match="not ready before the start timeout"):
+        start_triton(repo, timeout=0.3)  # loading the model alone takes longer
+    assert _wait_gone(repo, 5) == ([], [])
+
+
 def test_explicit_port_already_taken(start_triton: StartTriton, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write_model(repo, "affine")
@@ -336,6 +344,40 @@ def test_picked_port_taken_is_retried(
         assert "retrying with fresh ports" in server.log_path.read_text()
 
 
+def _wait_gone(repo: Path, seconds: float) -> tuple[list[int], list[int]]:
+    deadline = time.monotonic() + seconds
+    while (server_pids(repo) or stub_pids(repo)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return server_pids(repo), stub_pids(repo)
+
+
+def test_killed_owner_leaves_no_server(triton_runtime: RuntimePaths, tmp_path: Path) -> None:
+    """An owner killed with SIGKILL (no cleanup runs) still takes Triton and its stubs along."""
+    repo = tmp_path / "repo"
+    write_model(repo, "affine")
+    script = (
+        "import sys; from pathlib import Path\n"
+        "from builder.runtime.paths import locate_runtime\n"
+        "from builder.runtime.server import TritonServer\n"
+        # Kept in a variable: a dropped TritonServer stops its server (weakref.finalize).
+        "server = TritonServer(Path(sys.argv[1]), runtime=locate_runtime(Path(sys.argv[2])))\n"
+        "server.start()\n"
+        "print('ready', flush=True); sys.stdin.read()\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", script, str(repo), str(triton_runtime.root)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as owner:
+        try:
+            assert owner.stdout is not None and owner.stdout.readline().strip() == "ready"
+            assert server_pids(repo) and stub_pids(repo)
+        finally:
+            owner.kill()
+    assert _wait_gone(repo, 15) == ([], [])
+
+
 def test_builder_serve_runs_until_sigterm(triton_runtime: RuntimePaths, tmp_path: Path) -> None:
     """`builder serve` in the foreground: endpoints printed once ready, clean stop on SIGTERM."""
     repo = tmp_path / "repo"
@@ -345,25 +387,24 @@ def test_builder_serve_runs_until_sigterm(triton_runtime: RuntimePaths, tmp_path
     command = [
         sys.executable, "-c", cli, "serve", "--repo", str(repo), "--address", "127.0.0.1",
         "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-        "--runtime-dir", str(triton_runtime.root),
+        "--runtime-dir", str(triton_runtime.root), "--log-file", str(tmp_path / "triton.log"),
     ]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        assert proc.stdout is not None
-        lines = []
-        for line in proc.stdout:
-            lines.append(line)
-            if "Ctrl-C to stop" in line:
-                break
-        printed = "".join(lines)
-        assert f"127.0.0.1:{http}" in printed and f"127.0.0.1:{grpc}" in printed, printed
-        assert "affine" in printed and "READY" in printed, printed
-        proc.send_signal(signal.SIGTERM)
-        rest, _ = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as proc:
+        try:
+            assert proc.stdout is not None
+            lines = []
+            for line in proc.stdout:
+                lines.append(line)
+                if "Ctrl-C to stop" in line:
+                    break
+            printed = "".join(lines)
+            assert f"127.0.0.1:{http}" in printed and f"127.0.0.1:{grpc}" in printed, printed
+            assert "affine" in printed and "READY" in printed, printed
+            proc.send_signal(signal.SIGTERM)
+            rest, _ = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert proc.returncode == 0, printed + rest
     assert "stopped" in rest
     assert stub_pids(repo) == [] and server_pids(repo) == []

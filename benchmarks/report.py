@@ -1,0 +1,155 @@
+"""Turn raw measurements into the benchmark's numbers, its markdown table and its files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.loadgen import Segment
+
+
+def latency_summary(latencies_ns: np.ndarray, seconds: float) -> dict[str, float]:
+    """Count, rate and latency percentiles (ms) of requests completed in ``seconds``."""
+    ms = latencies_ns / 1e6
+    return {
+        "requests": len(ms),
+        "throughput_per_s": len(ms) / seconds,
+        "p50_ms": float(np.percentile(ms, 50)),
+        "p99_ms": float(np.percentile(ms, 99)),
+        "mean_ms": float(ms.mean()),
+    }
+
+
+def triton_point(segments: Sequence[Segment], batching: bool) -> dict[str, Any]:
+    """One (model, concurrency) point from its measured segments (the alternating rounds)."""
+    first = segments[0]
+    seconds = sum(s.seconds for s in segments)
+    executions = sum(s.execution_count for s in segments)
+    inferences = sum(s.inference_count for s in segments)
+    successes = sum(s.success_count for s in segments) or 1
+    other_cpu = sum(s.machine_cpu_s - s.client_cpu_s - s.server_cpu_s for s in segments)
+    return {
+        "model": first.model,
+        "dynamic_batching": batching,
+        "concurrency": first.concurrency,
+        "seconds": seconds,
+        **latency_summary(np.concatenate([s.latencies_ns for s in segments]), seconds),
+        # Triton's own counters: rows per model execution is the batch the batcher formed.
+        "mean_batch_size": inferences / executions if executions else 0.0,
+        "server_queue_ms": sum(s.queue_ns for s in segments) / successes / 1e6,
+        "server_compute_ms": sum(s.compute_ns for s in segments) / successes / 1e6,
+        "client_cores": sum(s.client_cpu_s for s in segments) / seconds,
+        "server_cores": sum(s.server_cpu_s for s in segments) / seconds,
+        # Everyone else's load in the windows: well above zero means noisier, lower numbers.
+        "other_cores": max(0.0, other_cpu) / seconds,
+    }
+
+
+def machine_info(triton_version: str) -> dict[str, Any]:
+    """What the numbers were measured on; they mean little without it."""
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "triton": triton_version,
+    }
+
+
+def _ms(x: float) -> str:
+    return f"{x:.2f}"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|",
+        *("| " + " | ".join(r) + " |" for r in rows),
+    ]
+
+
+def to_markdown(report: dict[str, Any]) -> str:
+    """The results as markdown: what README.md includes and what ``make bench`` prints."""
+    m, s = report["machine"], report["settings"]
+    lines = [
+        f"# Benchmark results ({report['timestamp']})",
+        "",
+        f"Machine: {m['cpu']}, {m['cores_usable']} cores, Python {m['python']}, Triton {m['triton']} "
+        f"(embedded, CPU; onnxruntime via the Python-backend shim). Model: {s['model']}.",
+        "",
+        "## (a) One row per call: native model in-process vs Triton at concurrency 1 (gRPC)",
+        "",
+    ]
+    rows = [
+        [r["mode"], _ms(r["p50_ms"]), _ms(r["p99_ms"]), f"{r['throughput_per_s']:,.0f}"]
+        for r in report["per_row"]
+    ]
+    lines += _table(["path", "p50 ms", "p99 ms", "rows/s"], rows)
+    lines += [
+        "",
+        f"## (b) Dynamic batching on (queue delay {s['max_queue_delay_us']} µs) vs off, "
+        f"max_batch_size {s['max_batch_size']}, 1 instance",
+        "",
+    ]
+    ratio = {c["concurrency"]: c["throughput_ratio"] for c in report["batching_ratio"]}
+    rows = []
+    for p in report["triton"]:
+        rows.append(
+            [
+                p["model"],
+                "on" if p["dynamic_batching"] else "off",
+                str(p["concurrency"]),
+                f"{p['throughput_per_s']:,.0f}",
+                _ms(p["p50_ms"]),
+                _ms(p["p99_ms"]),
+                f"{p['mean_batch_size']:.1f}",
+                f"{p['server_queue_ms']:.2f}",
+                f"{p['client_cores']:.1f} / {p['server_cores']:.1f} / {p['other_cores']:.1f}",
+                f"{ratio[p['concurrency']]:.2f}×" if p["dynamic_batching"] else "",
+            ]
+        )
+    lines += _table(
+        [
+            "model",
+            "batching",
+            "concurrency",
+            "infer/s",
+            "p50 ms",
+            "p99 ms",
+            "mean batch",
+            "queue ms",
+            "cores: client / server / other",
+            "on/off infer/s",
+        ],
+        rows,
+    )
+    lines += ["", *(f"- {n}" for n in report["notes"]), ""]
+    return "\n".join(lines)
+
+
+def write_results(report: dict[str, Any], results_dir: Path) -> tuple[Path, Path]:
+    """``<UTC timestamp>.json`` and ``latest.md``, each written whole or not at all."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = report["timestamp"].replace(":", "").replace("-", "")
+    json_path = results_dir / f"{stamp}.json"
+    md_path = results_dir / "latest.md"
+    for path, text in ((json_path, json.dumps(report, indent=2) + "\n"), (md_path, to_markdown(report))):
+        tmp = path.with_name(path.name + ".tmp")  # *.tmp is git-ignored
+        tmp.write_text(text)
+        tmp.replace(path)
+    return json_path, md_path
