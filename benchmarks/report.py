@@ -142,13 +142,25 @@ def to_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _rounded(value: Any) -> Any:
+    """Floats to 4 decimals: sub-microsecond digits in milliseconds are noise, not data."""
+    if isinstance(value, float):
+        return round(value, 4)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
 def write_results(report: dict[str, Any], results_dir: Path) -> tuple[Path, Path]:
     """``<UTC timestamp>.json`` and ``latest.md``, each written whole or not at all."""
     results_dir.mkdir(parents=True, exist_ok=True)
     stamp = report["timestamp"].replace(":", "").replace("-", "")
     json_path = results_dir / f"{stamp}.json"
     md_path = results_dir / "latest.md"
-    for path, text in ((json_path, json.dumps(report, indent=2) + "\n"), (md_path, to_markdown(report))):
+    texts = ((json_path, json.dumps(_rounded(report), indent=2) + "\n"), (md_path, to_markdown(report)))
+    for path, text in texts:
         tmp = path.with_name(path.name + ".tmp")  # *.tmp is git-ignored
         tmp.write_text(text)
         tmp.replace(path)
