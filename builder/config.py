@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from google.protobuf import json_format, text_format
-from tritonclient.grpc import model_config_pb2
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from builder.errors import UsageError
 from builder.tensors import TensorSpec, triton_dtype
 
-ModelConfig = model_config_pb2.ModelConfig
+__all__ = ["ModelConfig"]
 
 
 @dataclass(frozen=True)
@@ -249,9 +249,7 @@ def to_pbtxt(config: ModelConfig) -> str:
     "this model does not batch" and a reader (or an auto-completing Triton) must see it."""
     text = text_format.MessageToString(config)
     if config.max_batch_size == 0:
-        text = text.replace(
-            f'name: "{config.name}"\n', f'name: "{config.name}"\nmax_batch_size: 0\n', 1
-        )
+        text = text.replace(f'name: "{config.name}"\n', f'name: "{config.name}"\nmax_batch_size: 0\n', 1)
     return text
 
 

@@ -41,9 +41,7 @@ class EnsembleSpec:
             if values is not None and not (
                 isinstance(values, list) and all(isinstance(v, int | float) for v in values)
             ):
-                raise UsageError(
-                    f"ensemble spec {source}: preprocess.{key} must be a list of numbers"
-                )
+                raise UsageError(f"ensemble spec {source}: preprocess.{key} must be a list of numbers")
         threshold = post.get("threshold", 0.5)
         if not isinstance(threshold, int | float) or not 0.0 <= threshold <= 1.0:
             raise UsageError(f"ensemble spec {source}: postprocess.threshold must be in [0, 1]")
@@ -156,17 +154,13 @@ def ensemble_artifacts(
             )
         )
         steps.append(
-            EnsembleStep(
-                post_name, {"probabilities": "probabilities"}, {"score": "score", "label": "label"}
-            )
+            EnsembleStep(post_name, {"probabilities": "probabilities"}, {"score": "score", "label": "label"})
         )
         outputs += [score, label]
     artifacts.append(
         ModelArtifact(
             name=ens_name,
-            config=ensemble_config(
-                ens_name, [raw], outputs, steps, max_batch_size=mbs, options=options
-            ),
+            config=ensemble_config(ens_name, [raw], outputs, steps, max_batch_size=mbs, options=options),
             version_files={},
         )
     )

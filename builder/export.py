@@ -81,8 +81,7 @@ class ExportResult:
                 for w in self.written
             ],
             "steps": [
-                {"step": s.name, "detail": s.detail, "seconds": round(s.seconds, 3)}
-                for s in self.steps
+                {"step": s.name, "detail": s.detail, "seconds": round(s.seconds, 3)} for s in self.steps
             ],
         }
 
@@ -128,9 +127,7 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
         version = model.version or 1
         inputs = inputs_from_signature(model.mlmodel.signature, model_ref=model.ref)
         converter = converter_for(model.flavor, output_names=_signature_output_names(model))
-        native = steps.run(
-            "load native model", lambda: _load(converter, model), lambda _: model.flavor
-        )
+        native = steps.run("load native model", lambda: _load(converter, model), lambda _: model.flavor)
         opset = request.opset
         onnx_model = steps.run(
             "convert to ONNX",
@@ -151,17 +148,13 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
             lambda r: _parity_line(r),
         )
         require_pass(parity, model.ref)
-        artifacts = _artifacts(
-            request, name, model, inputs, onnx_model, feeds, parity, example_hash
-        )
+        artifacts = _artifacts(request, name, model, inputs, onnx_model, feeds, parity, example_hash)
         written = steps.run(
             f"write {request.repo}",
             lambda: write_models(request.repo, version, artifacts, force=request.force),
             lambda ws: ", ".join(f"{w.name}/{w.version} {w.status}" for w in ws),
         )
-    return ExportResult(
-        name=name, version=version, parity=parity, written=written, steps=steps.done
-    )
+    return ExportResult(name=name, version=version, parity=parity, written=written, steps=steps.done)
 
 
 def _signature_output_names(model: RegistryModel) -> list[str] | None:
@@ -169,7 +162,7 @@ def _signature_output_names(model: RegistryModel) -> list[str] | None:
     if sig is None or sig.outputs is None:
         return None
     names = [getattr(s, "name", None) for s in sig.outputs.inputs]
-    return names if names and all(names) else None
+    return [str(n) for n in names] if names and all(names) else None
 
 
 def _load(converter: Any, model: RegistryModel) -> Any:
@@ -246,9 +239,7 @@ def _input_example(model: RegistryModel, inputs: ModelInputs) -> dict[str, np.nd
         return {tensor.name: frame[list(inputs.feature_names or ())].to_numpy(dtype=np.float32)}
     if isinstance(example, dict):
         return {
-            t.name: np.asarray(example[t.name], dtype=t.dtype)
-            for t in inputs.tensors
-            if t.name in example
+            t.name: np.asarray(example[t.name], dtype=t.dtype) for t in inputs.tensors if t.name in example
         } or None
     if len(inputs.tensors) == 1:
         (tensor,) = inputs.tensors
@@ -293,10 +284,7 @@ def _artifacts(
             f"{model.ref} has tensors without a variable batch dimension; export with --max-batch-size 0"
         )
     # Warm-up sends the first parity row (the input example's, when there is one) as raw bytes.
-    warmup = {
-        f"warmup/{t.name}": np.ascontiguousarray(feeds[t.name][:1]).tobytes()
-        for t in inputs.tensors
-    }
+    warmup = {f"warmup/{t.name}": np.ascontiguousarray(feeds[t.name][:1]).tobytes() for t in inputs.tensors}
     config = onnx_model_config(
         name,
         inputs.tensors,
@@ -328,9 +316,7 @@ def _artifacts(
         # Run and version tags carry what serving needs to know from training, e.g. the Feast
         # feature service and ordered feature list; MLflow's own bookkeeping tags are left out.
         "tags": {
-            k: v
-            for k, v in {**model.run_tags, **model.version_tags}.items()
-            if not k.startswith("mlflow.")
+            k: v for k, v in {**model.run_tags, **model.version_tags}.items() if not k.startswith("mlflow.")
         },
     }
     artifacts = [

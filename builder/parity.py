@@ -64,9 +64,7 @@ def run_onnx(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, 
 
     options = ort.SessionOptions()
     options.log_severity_level = 3  # the shape-inference warnings are noise to a user here
-    session = ort.InferenceSession(
-        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-    )
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, feeds), strict=True))
 
@@ -94,9 +92,7 @@ def compare(
     return ParityReport(rows=rows, source=source, atol=atol, rtol=rtol, outputs=tuple(results))
 
 
-def _compare_one(
-    name: str, got: np.ndarray, expected: np.ndarray, atol: float, rtol: float
-) -> OutputParity:
+def _compare_one(name: str, got: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> OutputParity:
     if expected.dtype.kind in "iub" and got.dtype.kind in "iub":
         diff = np.abs(got.astype(np.int64) - expected.astype(np.int64)).astype(np.float64)
         bad = int(np.count_nonzero(diff))

@@ -41,8 +41,7 @@ def inputs_from_signature(signature: ModelSignature | None, *, model_ref: str) -
     """Derive the exported model's inputs, or refuse with a reason the user can act on."""
     if signature is None or signature.inputs is None:
         raise ConversionError(
-            f"{model_ref} was logged without a signature, so its input names, types and shapes "
-            "are unknown",
+            f"{model_ref} was logged without a signature, so its input names, types and shapes are unknown",
             hint="log it again with input_example=... or signature=infer_signature(X, y)",
         )
     specs = signature.inputs.inputs

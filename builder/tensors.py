@@ -63,9 +63,7 @@ class TensorSpec:
 
     def sample(self, rows: int, rng: np.random.Generator) -> np.ndarray:
         """Random values of this spec with ``rows`` in the batch dimension (for parity)."""
-        shape = tuple(
-            rows if i == 0 and d == -1 else (d if d > 0 else 1) for i, d in enumerate(self.shape)
-        )
+        shape = tuple(rows if i == 0 and d == -1 else (d if d > 0 else 1) for i, d in enumerate(self.shape))
         if self.dtype == "bool":
             return rng.integers(0, 2, size=shape).astype(bool)
         if self.dtype.startswith("int") or self.dtype.startswith("uint"):

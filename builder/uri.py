@@ -39,9 +39,7 @@ def parse_model_uri(uri: str) -> ModelURI:
         if "@" in rest:
             name, _, alias = rest.partition("@")
             if not name or not alias or "/" in alias:
-                raise UsageError(
-                    f"malformed model URI {uri!r}: expected models:/NAME@ALIAS", hint=_HINT
-                )
+                raise UsageError(f"malformed model URI {uri!r}: expected models:/NAME@ALIAS", hint=_HINT)
             return ModelURI(raw=text, name=name, alias=alias)
         name, sep, version = rest.rpartition("/")
         if not sep or not name:
@@ -52,9 +50,7 @@ def parse_model_uri(uri: str) -> ModelURI:
                 hint="name the version (models:/NAME/3) or an alias (models:/NAME@champion)",
             )
         if not version.isdigit() or int(version) < 1:
-            raise UsageError(
-                f"model URI {uri!r}: version {version!r} is not a positive integer", hint=_HINT
-            )
+            raise UsageError(f"model URI {uri!r}: version {version!r} is not a positive integer", hint=_HINT)
         return ModelURI(raw=text, name=name, version=int(version))
     if text.startswith("runs:/"):
         rest = text[len("runs:/") :].strip("/")

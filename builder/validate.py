@@ -86,7 +86,9 @@ def _check_model(model_dir: Path, problems: list[str]) -> ModelEntry | None:
     for warmup in config.model_warmup:
         for input_name, spec in warmup.inputs.items():
             if spec.input_data_file and not (model_dir / "warmup" / spec.input_data_file).is_file():
-                problems.append(f"{name}: warm-up file warmup/{spec.input_data_file} for {input_name!r} is missing")
+                problems.append(
+                    f"{name}: warm-up file warmup/{spec.input_data_file} for {input_name!r} is missing"
+                )
     return ModelEntry(name=name, config=config, versions=versions)
 
 
@@ -107,11 +109,15 @@ def _check_onnx(name: str, path: Path, config: ModelConfig, problems: list[str])
         for tensor in declared:
             real = by_name.get(tensor.name)
             if real is None:
-                problems.append(f"{name}: config {kind} {tensor.name!r} is not in the ONNX graph {sorted(by_name)}")
+                problems.append(
+                    f"{name}: config {kind} {tensor.name!r} is not in the ONNX graph {sorted(by_name)}"
+                )
                 continue
             declared_dtype = dtype_from_triton(model_config_type_name(tensor.data_type))
             if declared_dtype != real.dtype:
-                problems.append(f"{name}: {kind} {tensor.name!r} is {real.dtype} in ONNX, {declared_dtype} in config")
+                problems.append(
+                    f"{name}: {kind} {tensor.name!r} is {real.dtype} in ONNX, {declared_dtype} in config"
+                )
             if not _dims_agree(tuple(tensor.dims), real.shape[batch:]):
                 problems.append(
                     f"{name}: {kind} {tensor.name!r} has dims {list(tensor.dims)} in config, "
@@ -158,17 +164,32 @@ def _check_ensemble(entry: ModelEntry, entries: dict[str, ModelEntry], problems:
         inputs, outputs = _tensors(target.config, "input"), _tensors(target.config, "output")
         for model_input, ens_tensor in step.input_map.items():
             if model_input not in inputs:
-                problems.append(f"{where}: input_map key {model_input!r} is not an input of {step.model_name} {sorted(inputs)}")
+                problems.append(
+                    f"{where}: input_map key {model_input!r} is not an input of "
+                    f"{step.model_name} {sorted(inputs)}"
+                )
                 continue
             if ens_tensor not in available:
-                problems.append(f"{where}: input {model_input!r} reads {ens_tensor!r}, which no earlier step or ensemble input provides")
+                problems.append(
+                    f"{where}: input {model_input!r} reads {ens_tensor!r}, "
+                    "which no earlier step or ensemble input provides"
+                )
                 continue
-            _agree(where, f"{ens_tensor!r} -> {model_input!r}", available[ens_tensor], inputs[model_input], problems)
+            _agree(
+                where,
+                f"{ens_tensor!r} -> {model_input!r}",
+                available[ens_tensor],
+                inputs[model_input],
+                problems,
+            )
         for missing in sorted(set(inputs) - set(step.input_map)):
             problems.append(f"{where}: model input {missing!r} is not mapped")
         for model_output, ens_tensor in step.output_map.items():
             if model_output not in outputs:
-                problems.append(f"{where}: output_map key {model_output!r} is not an output of {step.model_name} {sorted(outputs)}")
+                problems.append(
+                    f"{where}: output_map key {model_output!r} is not an output of "
+                    f"{step.model_name} {sorted(outputs)}"
+                )
                 available[ens_tensor] = None
             else:
                 available[ens_tensor] = outputs[model_output]

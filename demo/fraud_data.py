@@ -26,8 +26,12 @@ def transactions(rows: int = 4000, seed: int = 7) -> tuple[pd.DataFrame, np.ndar
     )
     night = ((X.hour < 6) | (X.hour > 22)).astype(float)
     logit = (
-        0.004 * X.amount + 4.0 * X.merchant_risk + 0.9 * night - 0.0008 * X.user_age_days
-        + 0.25 * X.tx_last_24h - 4.0
+        0.004 * X.amount
+        + 4.0 * X.merchant_risk
+        + 0.9 * night
+        - 0.0008 * X.user_age_days
+        + 0.25 * X.tx_last_24h
+        - 4.0
     )
     y = (rng.uniform(size=rows) < 1.0 / (1.0 + np.exp(-logit))).astype(int)
     X.loc[rng.uniform(size=rows) < 0.05, "merchant_risk"] = np.nan

@@ -53,8 +53,10 @@ def train_and_register() -> int:
     )
     X, y = transactions()
     train, test = slice(0, 3000), slice(3000, None)
-    spec = {"preprocess": transforms.fit_preprocess(X.iloc[train].to_numpy()),
-            "postprocess": {"positive_index": 1}}
+    spec = {
+        "preprocess": transforms.fit_preprocess(X.iloc[train].to_numpy()),
+        "postprocess": {"positive_index": 1},
+    }
     features = pd.DataFrame(transforms.preprocess(X.to_numpy(), spec["preprocess"]), columns=FEATURES)
     model = GradientBoostingClassifier(n_estimators=60, max_depth=3, random_state=0)
     model.fit(features.iloc[train], y[train])
@@ -72,8 +74,10 @@ def train_and_register() -> int:
         )
     version = int(info.registered_model_version)
     MlflowClient().set_registered_model_alias(MODEL, "champion", str(version))
-    console.print(f"trained GradientBoosting on {train.stop} rows, test AUC {auc:.3f}; "
-                  f"registered {MODEL} version {version} with alias champion")
+    console.print(
+        f"trained GradientBoosting on {train.stop} rows, test AUC {auc:.3f}; "
+        f"registered {MODEL} version {version} with alias champion"
+    )
     return version
 
 
@@ -160,9 +164,22 @@ def main() -> None:
     step("4. builder serve (real Triton, CPU)")
     ports = {name: free_port(p) for name, p in (("http", 8000), ("grpc", 8001), ("metrics", 8002))}
     serve = subprocess.Popen(
-        [sys.executable, "-m", "builder", "serve", "--repo", str(REPO), "--address", "127.0.0.1",
-         "--http-port", str(ports["http"]), "--grpc-port", str(ports["grpc"]),
-         "--metrics-port", str(ports["metrics"])],
+        [
+            sys.executable,
+            "-m",
+            "builder",
+            "serve",
+            "--repo",
+            str(REPO),
+            "--address",
+            "127.0.0.1",
+            "--http-port",
+            str(ports["http"]),
+            "--grpc-port",
+            str(ports["grpc"]),
+            "--metrics-port",
+            str(ports["metrics"]),
+        ],
     )
     try:
         http_url, grpc_url = f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}"

@@ -56,7 +56,9 @@ def sklearn_classifier(name: str, **log_kwargs: Any) -> Registered:
     from sklearn.preprocessing import StandardScaler
 
     X, y = dataset()
-    model = make_pipeline(StandardScaler(), GradientBoostingClassifier(n_estimators=20, max_depth=3)).fit(X, y)
+    model = make_pipeline(StandardScaler(), GradientBoostingClassifier(n_estimators=20, max_depth=3)).fit(
+        X, y
+    )
     with mlflow.start_run():
         info = mlflow.sklearn.log_model(
             model,
@@ -76,7 +78,9 @@ def sklearn_regressor(name: str) -> Registered:
     X, y = dataset()
     model = Ridge().fit(X, X.amount * 0.1 + y)
     with mlflow.start_run():
-        info = mlflow.sklearn.log_model(model, name="model", input_example=X.iloc[:5], registered_model_name=name)
+        info = mlflow.sklearn.log_model(
+            model, name="model", input_example=X.iloc[:5], registered_model_name=name
+        )
     return _register(name, info, model, X)
 
 
@@ -87,7 +91,9 @@ def xgboost_classifier(name: str) -> Registered:
     X, y = dataset()
     model = xgb.XGBClassifier(n_estimators=20, max_depth=3, tree_method="hist").fit(X, y)
     with mlflow.start_run():
-        info = mlflow.xgboost.log_model(model, name="model", input_example=X.iloc[:5], registered_model_name=name)
+        info = mlflow.xgboost.log_model(
+            model, name="model", input_example=X.iloc[:5], registered_model_name=name
+        )
     return _register(name, info, model, X)
 
 
@@ -98,7 +104,9 @@ def lightgbm_classifier(name: str) -> Registered:
     X, y = dataset()
     model = lgb.LGBMClassifier(n_estimators=20, num_leaves=8, verbose=-1).fit(X, y)
     with mlflow.start_run():
-        info = mlflow.lightgbm.log_model(model, name="model", input_example=X.iloc[:5], registered_model_name=name)
+        info = mlflow.lightgbm.log_model(
+            model, name="model", input_example=X.iloc[:5], registered_model_name=name
+        )
     return _register(name, info, model, X)
 
 
@@ -109,7 +117,9 @@ def pytorch_mlp(name: str) -> Registered:
     torch.manual_seed(0)
     X, y = dataset()
     x = torch.tensor(((X - X.mean()) / X.std()).to_numpy(), dtype=torch.float32)
-    module = torch.nn.Sequential(torch.nn.Linear(5, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1), torch.nn.Sigmoid())
+    module = torch.nn.Sequential(
+        torch.nn.Linear(5, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1), torch.nn.Sigmoid()
+    )
     opt = torch.optim.Adam(module.parameters(), lr=0.05)
     target = torch.tensor(y, dtype=torch.float32).reshape(-1, 1)
     for _ in range(50):
@@ -120,7 +130,9 @@ def pytorch_mlp(name: str) -> Registered:
     module.eval()
     example = x[:5].numpy()
     with mlflow.start_run():
-        info = mlflow.pytorch.log_model(module, name="model", input_example=example, registered_model_name=name)
+        info = mlflow.pytorch.log_model(
+            module, name="model", input_example=example, registered_model_name=name
+        )
     return _register(name, info, module, pd.DataFrame(x.numpy()))
 
 

@@ -16,27 +16,47 @@ from builder.parity import DEFAULT_ATOL, DEFAULT_RTOL
 
 @app.command("export")
 def export(
-    model_uri: Annotated[str, typer.Argument(help="models:/NAME@ALIAS, models:/NAME/VERSION or runs:/RUN_ID/PATH")],
+    model_uri: Annotated[
+        str, typer.Argument(help="models:/NAME@ALIAS, models:/NAME/VERSION or runs:/RUN_ID/PATH")
+    ],
     repo: Annotated[Path, typer.Option(help="Triton model repository to write into")],
     name: Annotated[str | None, typer.Option(help="Triton model name (default: the registry name)")] = None,
     max_batch_size: Annotated[int, typer.Option(help="Largest batch Triton forms; 0 disables batching")] = 64,
-    max_queue_delay_us: Annotated[int, typer.Option(help="How long the batcher waits to fill a batch")] = 1000,
-    preferred_batch_size: Annotated[list[int] | None, typer.Option(help="Batch sizes to prefer (repeat)")] = None,
+    max_queue_delay_us: Annotated[
+        int, typer.Option(help="How long the batcher waits to fill a batch")
+    ] = 1000,
+    preferred_batch_size: Annotated[
+        list[int] | None, typer.Option(help="Batch sizes to prefer (repeat)")
+    ] = None,
     dynamic_batching: Annotated[bool, typer.Option(help="Enable Triton's dynamic batcher")] = True,
-    max_queue_size: Annotated[int, typer.Option(help="Reject requests beyond this queue length (0: no limit)")] = 0,
-    queue_timeout_us: Annotated[int, typer.Option(help="Reject requests queued longer than this (0: never)")] = 0,
+    max_queue_size: Annotated[
+        int, typer.Option(help="Reject requests beyond this queue length (0: no limit)")
+    ] = 0,
+    queue_timeout_us: Annotated[
+        int, typer.Option(help="Reject requests queued longer than this (0: never)")
+    ] = 0,
     instances: Annotated[int, typer.Option(help="Model instances (on GPU where there is one, else CPU)")] = 1,
     version_policy: Annotated[str, typer.Option(help="latest:N, all or specific:1,3")] = "latest:1",
     warmup: Annotated[bool, typer.Option(help="Warm the model up with the input example at load")] = True,
-    gpu_accelerator: Annotated[str, typer.Option(help="none, or tensorrt: ONNX Runtime's TensorRT EP on GPU servers")] = "none",
+    gpu_accelerator: Annotated[
+        str, typer.Option(help="none, or tensorrt: ONNX Runtime's TensorRT EP on GPU servers")
+    ] = "none",
     trt_precision: Annotated[str, typer.Option(help="FP16 or FP32, for --gpu-accelerator tensorrt")] = "FP16",
-    ensemble: Annotated[bool, typer.Option(help="Also write preprocess -> model -> postprocess ensemble")] = False,
-    ensemble_spec: Annotated[Path | None, typer.Option(help="Ensemble JSON spec (default: the run's serving/ensemble.json)")] = None,
+    ensemble: Annotated[
+        bool, typer.Option(help="Also write preprocess -> model -> postprocess ensemble")
+    ] = False,
+    ensemble_spec: Annotated[
+        Path | None, typer.Option(help="Ensemble JSON spec (default: the run's serving/ensemble.json)")
+    ] = None,
     atol: Annotated[float, typer.Option(help="Parity: absolute tolerance")] = DEFAULT_ATOL,
     rtol: Annotated[float, typer.Option(help="Parity: relative tolerance")] = DEFAULT_RTOL,
-    parity_rows: Annotated[int, typer.Option(help="Parity: rows generated from the signature, besides the input example")] = 64,
+    parity_rows: Annotated[
+        int, typer.Option(help="Parity: rows generated from the signature, besides the input example")
+    ] = 64,
     opset: Annotated[int, typer.Option(help="ONNX opset (tree models use at most 15)")] = 17,
-    format: Annotated[list[str] | None, typer.Option("--format", help="onnx (default), tensorrt or all")] = None,
+    format: Annotated[
+        list[str] | None, typer.Option("--format", help="onnx (default), tensorrt or all")
+    ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing version with different content")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout")] = False,
 ) -> None:

@@ -20,9 +20,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-runtime_app = typer.Typer(
-    help="The embedded Triton runtime (install, locate).", no_args_is_help=True
-)
+runtime_app = typer.Typer(help="The embedded Triton runtime (install, locate).", no_args_is_help=True)
 app.add_typer(runtime_app, name="runtime")
 
 err_console = Console(stderr=True, highlight=False)

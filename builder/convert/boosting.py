@@ -31,15 +31,11 @@ class _BoostingConverter(FlavorConverter):
         (tensor,) = inputs.tensors
         return native_outputs(native, feeds[tensor.name])
 
-    def _convert(
-        self, convert: Any, native: Any, inputs: ModelInputs, **kwargs: Any
-    ) -> onnx.ModelProto:
+    def _convert(self, convert: Any, native: Any, inputs: ModelInputs, **kwargs: Any) -> onnx.ModelProto:
         from onnxmltools.convert.common.data_types import FloatTensorType
 
         if len(inputs.tensors) != 1 or len(inputs.tensors[0].shape) != 2:
-            raise ConversionError(
-                f"{self.flavor} models take one 2-D input; the signature has others"
-            )
+            raise ConversionError(f"{self.flavor} models take one 2-D input; the signature has others")
         (tensor,) = inputs.tensors
         try:
             with warnings.catch_warnings():

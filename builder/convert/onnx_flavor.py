@@ -30,8 +30,6 @@ class OnnxConverter(FlavorConverter):
         # the graph survived the builder's rewrites (output shapes) and the copy to the repo.
         import onnxruntime as ort
 
-        session = ort.InferenceSession(
-            native.SerializeToString(), providers=["CPUExecutionProvider"]
-        )
+        session = ort.InferenceSession(native.SerializeToString(), providers=["CPUExecutionProvider"])
         names = [o.name for o in session.get_outputs()]
         return dict(zip(names, session.run(names, feeds), strict=True))

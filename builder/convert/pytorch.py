@@ -41,9 +41,7 @@ class PyTorchConverter(FlavorConverter):
         import torch
 
         names = [t.name for t in inputs.tensors]
-        examples = tuple(
-            torch.from_numpy(t.sample(4, np.random.default_rng(0))) for t in inputs.tensors
-        )
+        examples = tuple(torch.from_numpy(t.sample(4, np.random.default_rng(0))) for t in inputs.tensors)
         batch = torch.export.Dim("batch")
         dynamic = tuple({0: batch} for _ in names)
         try:

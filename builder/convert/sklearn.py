@@ -34,9 +34,7 @@ def tabular_frame(feeds: dict[str, np.ndarray], inputs: ModelInputs) -> Any:
 
     (tensor,) = inputs.tensors
     # float64 of the float32 values: the native model sees exactly what Triton will be sent.
-    return pd.DataFrame(
-        feeds[tensor.name].astype(np.float64), columns=list(inputs.feature_names or ())
-    )
+    return pd.DataFrame(feeds[tensor.name].astype(np.float64), columns=list(inputs.feature_names or ()))
 
 
 def native_outputs(model: Any, frame: Any) -> dict[str, np.ndarray]:
@@ -82,8 +80,7 @@ class SklearnConverter(FlavorConverter):
                 )
         except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
             raise ConversionError(
-                f"skl2onnx cannot convert {type(final_estimator(native)).__name__}: "
-                f"{_first_line(exc)}",
+                f"skl2onnx cannot convert {type(final_estimator(native)).__name__}: {_first_line(exc)}",
                 hint="use estimators skl2onnx supports, or register a converter for custom steps",
             ) from exc
         return model

@@ -21,9 +21,7 @@ class TritonPythonModel:
         self.spec = json.loads(config["parameters"]["spec"]["string_value"])
 
     def execute(self, requests):
-        arrays = [
-            pb_utils.get_input_tensor_by_name(r, "probabilities").as_numpy() for r in requests
-        ]
+        arrays = [pb_utils.get_input_tensor_by_name(r, "probabilities").as_numpy() for r in requests]
         sizes = [len(a) for a in arrays]
         score, label = transforms.postprocess(np.concatenate(arrays), self.spec)
         bounds = np.cumsum(sizes)[:-1]

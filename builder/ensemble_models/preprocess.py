@@ -25,9 +25,7 @@ class TritonPythonModel:
 
     def execute(self, requests):
         # One numpy pass over the rows of every request the batcher grouped, then split back.
-        arrays = [
-            pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests
-        ]
+        arrays = [pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests]
         sizes = [len(a) for a in arrays]
         out = transforms.preprocess(np.concatenate(arrays), self.spec)
         responses = []

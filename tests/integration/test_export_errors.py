@@ -18,7 +18,9 @@ pytestmark = pytest.mark.integration
 
 
 def builder(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "builder", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
@@ -35,8 +37,12 @@ def registry_models(mlflow_registry: str, tmp_path_factory: pytest.TempPathFacto
     X, y = models.dataset()
     made: dict[str, Any] = {"good": models.sklearn_classifier("err-good")}
     with mlflow.start_run():
-        mlflow.sklearn.log_model(GradientBoostingClassifier(n_estimators=5).fit(X, y), name="model",
-                                 registered_model_name="err-nosig", skops_trusted_types=["sklearn.tree._tree.Tree"])
+        mlflow.sklearn.log_model(
+            GradientBoostingClassifier(n_estimators=5).fit(X, y),
+            name="model",
+            registered_model_name="err-nosig",
+            skops_trusted_types=["sklearn.tree._tree.Tree"],
+        )
     mlflow.MlflowClient().set_registered_model_alias("err-nosig", "champion", "1")
 
     class Echo(mlflow.pyfunc.PythonModel):
@@ -44,13 +50,21 @@ def registry_models(mlflow_registry: str, tmp_path_factory: pytest.TempPathFacto
             return model_input
 
     with mlflow.start_run():
-        mlflow.pyfunc.log_model(name="model", python_model=Echo(), input_example=X.iloc[:2],
-                                registered_model_name="err-pyfunc")
+        mlflow.pyfunc.log_model(
+            name="model", python_model=Echo(), input_example=X.iloc[:2], registered_model_name="err-pyfunc"
+        )
     # A custom Python function step: skl2onnx has no converter for it.
-    custom = make_pipeline(FunctionTransformer(np.log1p), GradientBoostingClassifier(n_estimators=5)).fit(X, y)
+    custom = make_pipeline(FunctionTransformer(np.log1p), GradientBoostingClassifier(n_estimators=5)).fit(
+        X, y
+    )
     with mlflow.start_run():
-        mlflow.sklearn.log_model(custom, name="model", input_example=X.iloc[:3], registered_model_name="err-custom-op",
-                                 skops_trusted_types=["sklearn.tree._tree.Tree", "numpy.log1p"])
+        mlflow.sklearn.log_model(
+            custom,
+            name="model",
+            input_example=X.iloc[:3],
+            registered_model_name="err-custom-op",
+            skops_trusted_types=["sklearn.tree._tree.Tree", "numpy.log1p"],
+        )
     corrupt = models.sklearn_classifier("err-corrupt")
     info = mlflow.MlflowClient().get_model_version("err-corrupt", str(corrupt.version))
     model_id = info.model_id or info.source.rsplit("/", 1)[-1]  # source is models:/m-<id>
@@ -75,16 +89,26 @@ CASES = [
     ("unconvertible-op", ["models:/err-custom-op/1"], 4, "skl2onnx cannot convert"),
     ("corrupted-artifact", ["models:/err-corrupt@champion"], 4, "cannot be loaded"),
     ("path-traversal", ["models:/err-good@champion", "--name", "../evil"], 2, "escape the model repository"),
-    ("parity-failure", ["models:/err-good@champion", "--name", "strict", "--atol", "0", "--rtol", "0"], 5,
-     "differs from the original"),
+    (
+        "parity-failure",
+        ["models:/err-good@champion", "--name", "strict", "--atol", "0", "--rtol", "0"],
+        5,
+        "differs from the original",
+    ),
     ("bad-uri", ["models:/err-good"], 2, "names no version or alias"),
-    ("tensorrt-without-gpu", ["models:/err-good@champion", "--name", "trt", "--format", "tensorrt"], 9,
-     "needs an NVIDIA GPU"),
+    (
+        "tensorrt-without-gpu",
+        ["models:/err-good@champion", "--name", "trt", "--format", "tensorrt"],
+        9,
+        "needs an NVIDIA GPU",
+    ),
 ]
 
 
 @pytest.mark.parametrize("args, code, fragment", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_refusal_is_clear_and_writes_nothing(registry_models: dict[str, Any], args: list[str], code: int, fragment: str):
+def test_refusal_is_clear_and_writes_nothing(
+    registry_models: dict[str, Any], args: list[str], code: int, fragment: str
+):
     repo = registry_models["repo"]
     before = snapshot(repo)
     result = builder("export", *args, "--repo", str(repo))
@@ -99,8 +123,19 @@ def test_refusal_is_clear_and_writes_nothing(registry_models: dict[str, Any], ar
 
 
 def test_parity_failure_reports_the_figures(registry_models: dict[str, Any]):
-    result = builder("export", "models:/err-good@champion", "--repo", str(registry_models["repo"]),
-                     "--name", "strict", "--atol", "0", "--rtol", "0", "--json")
+    result = builder(
+        "export",
+        "models:/err-good@champion",
+        "--repo",
+        str(registry_models["repo"]),
+        "--name",
+        "strict",
+        "--atol",
+        "0",
+        "--rtol",
+        "0",
+        "--json",
+    )
     assert result.returncode == 5
     assert "max abs err" in result.stdout and "outside tolerance" in result.stdout
 

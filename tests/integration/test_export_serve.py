@@ -41,19 +41,37 @@ def exported(mlflow_registry: str, tmp_path_factory: pytest.TempPathFactory) -> 
     registered["ens"] = models.sklearn_for_ensemble("ens")
     # The ensemble model goes through the real CLI, as a user runs it.
     cli = subprocess.run(
-        [sys.executable, "-m", "builder", "export", "models:/ens@champion", "--repo", str(repo), "--ensemble"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "builder",
+            "export",
+            "models:/ens@champion",
+            "--repo",
+            str(repo),
+            "--ensemble",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert cli.returncode == 0, cli.stderr
     return {"repo": repo, "models": registered}
 
 
 @pytest.fixture(scope="session")
-def triton(exported: dict[str, Any], triton_runtime: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:
+def triton(
+    exported: dict[str, Any], triton_runtime: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TritonServer]:
     log = tmp_path_factory.mktemp("triton-log") / "tritonserver.log"
     names = [p.name for p in exported["repo"].iterdir() if p.is_dir()]
-    server = TritonServer(exported["repo"], runtime=triton_runtime, model_control_mode="explicit",
-                          load_models=names, log_path=log)
+    server = TritonServer(
+        exported["repo"],
+        runtime=triton_runtime,
+        model_control_mode="explicit",
+        load_models=names,
+        log_path=log,
+    )
     server.start(timeout=180)
     yield server
     server.stop()
@@ -69,7 +87,10 @@ def native(reg: models.Registered, x: np.ndarray) -> dict[str, np.ndarray]:
         raise AssertionError
     if hasattr(reg.native, "predict_proba"):
         frame = pd.DataFrame(x.astype(np.float64), columns=models.FEATURES)
-        return {"probabilities": reg.native.predict_proba(frame), "label": reg.native.predict(frame).reshape(-1, 1)}
+        return {
+            "probabilities": reg.native.predict_proba(frame),
+            "label": reg.native.predict(frame).reshape(-1, 1),
+        }
     if hasattr(reg.native, "predict"):
         frame = pd.DataFrame(x.astype(np.float64), columns=models.FEATURES)
         return {"prediction": reg.native.predict(frame).reshape(-1, 1)}
@@ -79,14 +100,17 @@ def native(reg: models.Registered, x: np.ndarray) -> dict[str, np.ndarray]:
         return {"output": reg.native(torch.from_numpy(x)).numpy()}
 
 
-def infer_http(server: TritonServer, model: str, x: np.ndarray, outputs: list[str], version: str = "") -> dict[str, np.ndarray]:
+def infer_http(
+    server: TritonServer, model: str, x: np.ndarray, outputs: list[str], version: str = ""
+) -> dict[str, np.ndarray]:
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(server.http_url)
     inp = httpclient.InferInput("input", list(x.shape), "FP32")
     inp.set_data_from_numpy(x)
-    result = client.infer(model, [inp], model_version=version,
-                          outputs=[httpclient.InferRequestedOutput(o) for o in outputs])
+    result = client.infer(
+        model, [inp], model_version=version, outputs=[httpclient.InferRequestedOutput(o) for o in outputs]
+    )
     return {o: result.as_numpy(o) for o in outputs}
 
 
@@ -102,7 +126,9 @@ def infer_grpc(server: TritonServer, model: str, x: np.ndarray, outputs: list[st
 
 @pytest.mark.parametrize("name", list(FLAVORS))
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_triton_answers_like_the_native_model(triton: TritonServer, exported: dict[str, Any], name: str, protocol: str):
+def test_triton_answers_like_the_native_model(
+    triton: TritonServer, exported: dict[str, Any], name: str, protocol: str
+):
     reg = exported["models"][name]
     x = rows(reg) if name != "torch-mlp" else reg.X.iloc[:16].to_numpy(dtype=np.float32)
     expected = native(reg, x)
@@ -116,7 +142,9 @@ def test_triton_answers_like_the_native_model(triton: TritonServer, exported: di
             np.testing.assert_allclose(got[key], want, atol=1e-5, rtol=1e-5)
 
 
-def test_ensemble_applies_training_preprocessing_and_threshold(triton: TritonServer, exported: dict[str, Any]):
+def test_ensemble_applies_training_preprocessing_and_threshold(
+    triton: TritonServer, exported: dict[str, Any]
+):
     reg = exported["models"]["ens"]
     raw = reg.X.iloc[:32].to_numpy(dtype=np.float32)  # includes NaNs the preprocess imputes
     assert np.isnan(raw).any()
@@ -138,16 +166,20 @@ def test_dynamic_batching_groups_concurrent_requests(triton: TritonServer, expor
     async def fire(n: int) -> None:
         client = aioclient.InferenceServerClient(triton.grpc_url)
         try:
+
             async def one() -> None:
                 inp = aioclient.InferInput("input", list(x.shape), "FP32")
                 inp.set_data_from_numpy(x)
                 await client.infer("sk-clf", [inp])
+
             await asyncio.gather(*(one() for _ in range(n)))
         finally:
             await client.close()
 
     def counts() -> tuple[int, int]:
-        stats = grpcclient.InferenceServerClient(triton.grpc_url).get_inference_statistics("sk-clf", as_json=True)
+        stats = grpcclient.InferenceServerClient(triton.grpc_url).get_inference_statistics(
+            "sk-clf", as_json=True
+        )
         s = stats["model_stats"][0]
         return int(s.get("inference_count", 0)), int(s.get("execution_count", 0))
 
@@ -160,17 +192,21 @@ def test_dynamic_batching_groups_concurrent_requests(triton: TritonServer, expor
 
 
 def test_new_version_loads_and_unloads_while_serving(triton: TritonServer, exported: dict[str, Any]):
+    import mlflow
     import tritonclient.http as httpclient
     from sklearn.ensemble import RandomForestClassifier
-
-    import mlflow
 
     reg = exported["models"]["sk-clf"]
     X, y = models.dataset(seed=5)
     v2 = RandomForestClassifier(n_estimators=10, max_depth=4, random_state=0).fit(X, y)
     with mlflow.start_run():
-        info = mlflow.sklearn.log_model(v2, name="model", input_example=X.iloc[:5], registered_model_name="sk-clf",
-                                        skops_trusted_types=["sklearn.tree._tree.Tree"])
+        info = mlflow.sklearn.log_model(
+            v2,
+            name="model",
+            input_example=X.iloc[:5],
+            registered_model_name="sk-clf",
+            skops_trusted_types=["sklearn.tree._tree.Tree"],
+        )
     version = int(info.registered_model_version)
     assert version == reg.version + 1
     export_model(ExportRequest(f"models:/sk-clf/{version}", exported["repo"]))
@@ -196,8 +232,12 @@ def test_new_version_loads_and_unloads_while_serving(triton: TritonServer, expor
 
 
 def test_builder_validate_accepts_the_exported_repository(exported: dict[str, Any]):
-    result = subprocess.run([sys.executable, "-m", "builder", "validate", "--repo", str(exported["repo"])],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "builder", "validate", "--repo", str(exported["repo"])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
 
 

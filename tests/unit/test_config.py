@@ -70,7 +70,9 @@ def test_every_cli_setting_lands_in_the_config():
 
 def test_no_batching_writes_max_batch_size_zero_and_full_dims():
     options = ServingOptions(max_batch_size=0)
-    config = onnx_model_config("m", [TensorSpec("x", "float32", (1, 3))], [TensorSpec("y", "float32", (1, 1))], options)
+    config = onnx_model_config(
+        "m", [TensorSpec("x", "float32", (1, 3))], [TensorSpec("y", "float32", (1, 1))], options
+    )
     text, parsed = roundtrip(config)
     assert "max_batch_size: 0" in text  # proto3 would omit it; Triton readers must see it
     assert not parsed.HasField("dynamic_batching")
@@ -92,7 +94,10 @@ def test_ensemble_steps_round_trip():
 
 def test_schema_rejects_unknown_fields():
     with pytest.raises(json_format.ParseError):
-        json_format.ParseDict({"name": "m", "max_batch_sise": 4}, onnx_model_config("m", [X], [PROBS], ServingOptions()).__class__())
+        json_format.ParseDict(
+            {"name": "m", "max_batch_sise": 4},
+            onnx_model_config("m", [X], [PROBS], ServingOptions()).__class__(),
+        )
 
 
 @pytest.mark.parametrize(

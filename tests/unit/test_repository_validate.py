@@ -180,12 +180,20 @@ def test_validate_catches_missing_files_and_bad_config(repo_dir):
 
 def test_validate_cli_exit_codes(repo_dir):
     write_models(repo_dir, 1, artifacts())
-    ok = subprocess.run([sys.executable, "-m", "builder", "validate", "--repo", str(repo_dir)],
-                        capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [sys.executable, "-m", "builder", "validate", "--repo", str(repo_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     (repo_dir / "tiny_postprocess" / "1" / "model.py").unlink()
-    bad = subprocess.run([sys.executable, "-m", "builder", "validate", "--repo", str(repo_dir), "--json"],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "builder", "validate", "--repo", str(repo_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 7
     assert "tiny_postprocess/1: missing model.py" in bad.stdout
     assert "error:" in bad.stderr
