@@ -61,7 +61,8 @@ def group_cpu_seconds(pgid: int) -> float:
 
 
 def machine_cpu_seconds() -> float:
-    """Busy (non-idle, non-iowait) CPU time of the whole machine since boot, in seconds."""
+    """Busy CPU time of the whole machine since boot (all but idle and iowait; steal, the
+    hypervisor's other guests, counts as busy: it slows us too), in seconds."""
     fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
     return (sum(fields) - fields[3] - fields[4]) / _CLK_TCK
 
@@ -102,8 +103,8 @@ async def _measure(
     import tritonclient.grpc.aio as aio  # imported here: only the client process needs it
 
     client = aio.InferenceServerClient(url)
-    # Inputs built once: serialising a fresh InferInput per request would be client CPU that
-    # a real caller with its own feature vector spends anyway, but not what we measure here.
+    # Inputs are built once, so the client's CPU (taken from the server's 2 shared cores)
+    # goes to sending requests, not to converting numpy rows again and again.
     inputs = []
     for row in rows:
         inp = aio.InferInput("input", [1, rows.shape[1]], "FP32")

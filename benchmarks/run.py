@@ -71,6 +71,15 @@ def say(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
+def warn_if_busy(sample_s: float = 1.0) -> None:
+    """Say so up front when others load the machine: on 2 cores they change every number."""
+    before = loadgen.machine_cpu_seconds()
+    time.sleep(sample_s)
+    busy = (loadgen.machine_cpu_seconds() - before) / sample_s
+    if busy > 0.25:
+        say(f"warning: the machine is already busy ({busy:.1f} cores in use); results will be noisy")
+
+
 def use_throwaway_registry(root: Path) -> None:
     """A fresh SQLite registry under ``root``, as tests/conftest.py makes one."""
     import mlflow
@@ -247,6 +256,7 @@ def run(args: argparse.Namespace) -> int:
     from builder.runtime.server import TritonServer
     from tests import models
 
+    warn_if_busy()
     runtime = install_runtime(default_runtime_dir(), log=say)  # idempotent: a stamp check when done
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         root = Path(tmp)
@@ -283,7 +293,7 @@ def run(args: argparse.Namespace) -> int:
         if (name, 1) in by_key
     ]
     machine = report.machine_info(version)
-    result = {
+    result: dict[str, Any] = {
         "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "machine": machine,
         "versions": {pkg: metadata.version(pkg) for pkg in _VERSIONED},
