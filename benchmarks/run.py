@@ -212,13 +212,24 @@ def batching_ratio(on: dict[str, Any], off: dict[str, Any]) -> dict[str, Any]:
 
 
 def notes(points: list[dict[str, Any]], args: argparse.Namespace, cores: int) -> list[str]:
-    """What a reader needs to read the table right; the contention figure is measured."""
+    """What a reader needs to read the table right; the contention figures are measured."""
     busiest = max(points, key=lambda p: p["client_cores"] + p["server_cores"])
+    used = busiest["client_cores"] + busiest["server_cores"] + busiest["other_cores"]
+    if used >= 0.9 * cores:
+        limit = (
+            "the CPUs were saturated, so the client's share came out of the server's: "
+            "high-concurrency throughput understates the server alone."
+        )
+    else:
+        limit = (
+            f"with {used:.1f} of {cores} cores busy the limit was not CPU but the one model "
+            "instance running one execution at a time."
+        )
     return [
         f"The load generator and the server share this machine's {cores} cores. At "
         f"{busiest['model']} concurrency {busiest['concurrency']} the client (one Python asyncio "
-        f"process) used {busiest['client_cores']:.2f} cores and the server {busiest['server_cores']:.2f}: "
-        "high-concurrency throughput is partly client-bound and understates the server alone.",
+        f"process) used {busiest['client_cores']:.2f} cores and the server {busiest['server_cores']:.2f}; "
+        + limit,
         f"Other processes on the machine used up to {max(p['other_cores'] for p in points):.1f} cores "
         "during the windows (column 'other'); well above 0 means these numbers are low and noisy.",
         "Closed loop over gRPC on loopback: each of N clients sends one row, waits for the answer, "
@@ -227,8 +238,8 @@ def notes(points: list[dict[str, Any]], args: argparse.Namespace, cores: int) ->
         f"{args.warmup:g} s unmeasured warm-up, batching on/off alternated A B B A.",
         "mean batch = Triton's inference_count / execution_count over the windows (statistics API); "
         "queue ms = Triton's mean time a request waited in the scheduler before execution.",
-        "Native rows run in the benchmark's own process on one thread with no network: the floor "
-        "against which Triton's per-request cost (gRPC, scheduling, Python-backend shim) shows.",
+        "Native rows run in the benchmark's own process on one thread with no network: what a "
+        "Python service calling the registry model directly pays per row.",
     ]
 
 
