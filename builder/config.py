@@ -130,8 +130,14 @@ def onnx_model_config(
     outputs: Sequence[TensorSpec],
     options: ServingOptions,
     warmup_files: dict[str, str] | None = None,
+    parameters: dict[str, str] | None = None,
 ) -> ModelConfig:
-    """Config of an exported ONNX model, for the onnxruntime backend."""
+    """Config of an exported ONNX model, for the onnxruntime backend.
+
+    ``parameters`` carry what a client needs to build the input (feature order, the Feast
+    feature service): readable through Triton's model-config API, so a client needs no
+    access to the repository's files. Backends ignore keys they do not know.
+    """
     batched = options.max_batch_size > 0
     spec: dict[str, Any] = {
         "name": name,
@@ -160,6 +166,8 @@ def onnx_model_config(
                 ]
             }
         }
+    if parameters:
+        spec["parameters"] = {k: {"string_value": v} for k, v in parameters.items()}
     if options.warmup and warmup_files:
         spec["model_warmup"] = [
             {
@@ -219,6 +227,7 @@ def ensemble_config(
     *,
     max_batch_size: int,
     options: ServingOptions,
+    parameters: dict[str, str] | None = None,
 ) -> ModelConfig:
     """An ``ensemble`` config; steps use model_version -1 (the latest loaded version)."""
     batched = max_batch_size > 0
@@ -241,6 +250,8 @@ def ensemble_config(
             ]
         },
     }
+    if parameters:
+        spec["parameters"] = {k: {"string_value": v} for k, v in parameters.items()}
     return json_format.ParseDict(spec, ModelConfig())
 
 

@@ -94,6 +94,7 @@ def ensemble_artifacts(
     model_outputs: tuple[TensorSpec, ...],
     spec: EnsembleSpec,
     options: ServingOptions,
+    parameters: dict[str, str] | None = None,
 ) -> list[ModelArtifact]:
     """The preprocess, postprocess and ensemble models around the exported model ``name``."""
     if len(model_inputs) != 1 or model_inputs[0].dtype != "float32":
@@ -160,7 +161,9 @@ def ensemble_artifacts(
     artifacts.append(
         ModelArtifact(
             name=ens_name,
-            config=ensemble_config(ens_name, [raw], outputs, steps, max_batch_size=mbs, options=options),
+            config=ensemble_config(
+                ens_name, [raw], outputs, steps, max_batch_size=mbs, options=options, parameters=parameters
+            ),
             version_files={},
         )
     )

@@ -247,6 +247,15 @@ def _input_example(model: RegistryModel, inputs: ModelInputs) -> dict[str, np.nd
     return None
 
 
+def serving_parameters(model: RegistryModel, inputs: ModelInputs) -> dict[str, str]:
+    """Config parameters a client (the gateway) builds requests from: the input's column order
+    and the run's ``feast.*`` tags (feature service, entity keys, request-time fields)."""
+    params = {k: v for k, v in sorted(model.run_tags.items()) if k.startswith("feast.")}
+    if inputs.feature_names:
+        params["serving.feature_names"] = json.dumps(list(inputs.feature_names))
+    return params
+
+
 def _identity(request: ExportRequest, model: RegistryModel) -> str:
     """Same registry version, run, builder and conversion settings = the same export."""
     key = {
@@ -285,12 +294,14 @@ def _artifacts(
         )
     # Warm-up sends the first parity row (the input example's, when there is one) as raw bytes.
     warmup = {f"warmup/{t.name}": np.ascontiguousarray(feeds[t.name][:1]).tobytes() for t in inputs.tensors}
+    client_params = serving_parameters(model, inputs)
     config = onnx_model_config(
         name,
         inputs.tensors,
         outputs,
         options,
         warmup_files={t.name: t.name for t in inputs.tensors} if options.warmup else None,
+        parameters=client_params,
     )
     onnx_bytes = onnx_model.SerializeToString()
     identity = _identity(request, model)
@@ -333,7 +344,7 @@ def _artifacts(
         from builder.ensemble import ensemble_artifacts, load_spec
 
         spec = load_spec(model, request.ensemble_spec)
-        extra = ensemble_artifacts(name, inputs.tensors, outputs, spec, options)
+        extra = ensemble_artifacts(name, inputs.tensors, outputs, spec, options, parameters=client_params)
         for art in extra:
             art.metadata.update(
                 {
