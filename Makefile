@@ -11,7 +11,7 @@ VENV_STAMP := $(VENV)/.installed-$(LOCK_HASH)
 export BUILDER_RUNTIME_DIR ?= $(CURDIR)/.runtime
 PYTEST_ARGS ?=
 
-.PHONY: setup venv runtime test demo bench lint clean help
+.PHONY: setup venv runtime redis test demo bench lint clean help
 
 help:
 	@echo "make demo   - set up, then train -> register -> export -> serve -> predict"
@@ -19,7 +19,7 @@ help:
 	@echo "make bench  - set up, then run the benchmarks (writes benchmarks/results/)"
 	@echo "make lint   - ruff and mypy"
 
-setup: venv runtime
+setup: venv runtime redis
 
 venv: $(VENV_STAMP)
 
@@ -34,6 +34,12 @@ $(VENV_STAMP): requirements/project.lock pyproject.toml
 
 runtime: venv
 	$(BIN)/builder runtime install
+
+# The Feast Redis profile is tested against a real redis-server (Debian package redis-server).
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
+	  else echo "redis-server is missing: sudo apt-get install redis-server (Debian/Ubuntu) or brew install redis" >&2; exit 1; fi; }
 
 test: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -1,0 +1,383 @@
+"""The Feast repository end to end: generate, apply, materialize, then read offline and online.
+
+Everything runs on a copy of feature_repo/ under tmp_path, so the source tree never gets data files.
+The Redis profile runs against a real redis-server these tests start on a free port.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import redis
+from feast import FeatureStore
+
+from feature_repo import store as fr
+from feature_repo.definitions import MERCHANT_TTL, USER_TTL
+from feature_repo.generate import GeneratedFiles, generate, point_in_time
+
+pytestmark = pytest.mark.integration
+
+SOURCE = Path(fr.__file__).resolve().parent
+PROJECT_ROOT = SOURCE.parent
+USER_FEATURES = ["user_age_days", "tx_last_24h", "avg_amount_30d"]
+MERCHANT_FEATURES = ["merchant_risk", "merchant_fraud_rate_30d"]
+FRAUD_V1 = [*USER_FEATURES, *MERCHANT_FEATURES]
+UNKNOWN_ID = 10**9
+
+
+def _copy_repo(dest: Path) -> Path:
+    shutil.copytree(SOURCE, dest, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, GeneratedFiles]:
+    path = _copy_repo(tmp_path_factory.mktemp("feast") / "feature_repo")
+    files = generate(path / "data", seed=7)
+    return path, files
+
+
+@pytest.fixture(scope="module")
+def sources(repo: tuple[Path, GeneratedFiles]) -> dict[str, pd.DataFrame]:
+    _, files = repo
+    return {
+        "user": pd.read_parquet(files.user_stats),
+        "merchant": pd.read_parquet(files.merchant_stats),
+        "tx": pd.read_parquet(files.transactions),
+    }
+
+
+@pytest.fixture(scope="module")
+def sqlite_store(repo: tuple[Path, GeneratedFiles]) -> FeatureStore:
+    path, _ = repo
+    fr.apply(path, profile="sqlite")
+    return fr.materialize(path, end=datetime.now(UTC), profile="sqlite")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A throwaway redis-server on a free loopback port; yields Feast's connection string for it."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.fail(
+            "redis-server is not installed; the Redis online-store profile is tested against a real one. "
+            "Install it: apt-get update && apt-get install -y redis-server"
+        )
+    workdir = tmp_path_factory.mktemp("redis")
+    port = _free_port()
+    log = workdir / "redis.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"redis-server exited with {proc.returncode}:\n{log.read_text()}")
+            try:
+                if client.ping():
+                    break
+            except redis.exceptions.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"redis-server did not answer PING within 10 s:\n{log.read_text()}")
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        client.close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def redis_store(repo: tuple[Path, GeneratedFiles], redis_server: str) -> FeatureStore:
+    path, _ = repo
+    # Selected the way a deployment selects it: through the environment, no profile argument.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(fr.PROFILE_ENV, "redis")
+        mp.setenv(fr.REDIS_ENV, redis_server)
+        fr.apply(path)
+        store = fr.materialize(path, end=datetime.now(UTC))
+    assert store.config.online_store.type == "redis"
+    return store
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal, with None and NaN both meaning "no value"."""
+    a_missing = a is None or (isinstance(a, float) and math.isnan(a))
+    b_missing = b is None or (isinstance(b, float) and math.isnan(b))
+    if a_missing or b_missing:
+        return a_missing and b_missing
+    return a == pytest.approx(b)
+
+
+def _expected_offline(entity_df: pd.DataFrame, src: dict[str, pd.DataFrame]) -> pd.DataFrame:
+    u = point_in_time(entity_df, src["user"], "user_id", USER_TTL, USER_FEATURES)
+    m = point_in_time(entity_df, src["merchant"], "merchant_id", MERCHANT_TTL, MERCHANT_FEATURES)
+    return pd.concat([u, m], axis=1)
+
+
+def _assert_frames_match(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    assert len(got) == len(want)
+    bad = [
+        (i, name, got[name].iloc[i], want[name].iloc[i])
+        for name in FRAUD_V1
+        for i in range(len(want))
+        if not _same(got[name].iloc[i], want[name].iloc[i])
+    ]
+    assert not bad, f"{len(bad)} mismatches, first: {bad[:5]}"
+
+
+def test_generate_is_seeded_and_labels_follow_features(tmp_path: Path) -> None:
+    end = datetime(2026, 1, 31, tzinfo=UTC)
+    a = generate(tmp_path / "a", seed=3, end=end, n_users=50, n_merchants=10, days=10, n_transactions=300)
+    b = generate(tmp_path / "b", seed=3, end=end, n_users=50, n_merchants=10, days=10, n_transactions=300)
+    c = generate(tmp_path / "c", seed=4, end=end, n_users=50, n_merchants=10, days=10, n_transactions=300)
+    for name in ("user_stats", "merchant_stats", "transactions"):
+        pd.testing.assert_frame_equal(
+            pd.read_parquet(getattr(a, name)), pd.read_parquet(getattr(b, name)), check_exact=True
+        )
+    assert not pd.read_parquet(a.transactions).equals(pd.read_parquet(c.transactions))
+    assert a.end == end
+    assert a.start == end - timedelta(days=9)
+
+
+def test_generate_runs_as_module(tmp_path: Path) -> None:
+    out = tmp_path / "data"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "feature_repo.generate",
+            "--out",
+            str(out),
+            "--seed",
+            "1",
+            "--end",
+            "2026-01-31T00:00:00+00:00",
+        ],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    tx = pd.read_parquet(out / "transactions.parquet")
+    assert list(tx.columns) == ["user_id", "merchant_id", "event_timestamp", "amount", "hour", "is_fraud"]
+    assert tx["event_timestamp"].max() <= pd.Timestamp("2026-01-31", tz="UTC")
+    assert {p.name for p in out.iterdir()} == {
+        "user_stats.parquet",
+        "merchant_stats.parquet",
+        "transactions.parquet",
+    }
+
+
+def test_feature_service_order_is_stable(
+    sqlite_store: FeatureStore, repo: tuple[Path, GeneratedFiles]
+) -> None:
+    path, _ = repo
+    assert fr.feature_names(sqlite_store, "fraud_v1") == FRAUD_V1
+    assert fr.feature_refs(sqlite_store, "fraud_v1") == [
+        *(f"user_stats:{n}" for n in USER_FEATURES),
+        *(f"merchant_stats:{n}" for n in MERCHANT_FEATURES),
+    ]
+    # Re-applying and reopening from the registry keeps the order: it is the model's input order.
+    fr.apply(path, profile="sqlite")
+    reopened = fr.open_store(path, profile="sqlite")
+    assert fr.feature_names(reopened, "fraud_v1") == FRAUD_V1
+
+
+def test_historical_features_are_point_in_time(
+    sqlite_store: FeatureStore, sources: dict[str, pd.DataFrame], repo: tuple[Path, GeneratedFiles]
+) -> None:
+    _, files = repo
+    users = sources["user"]
+    last_user = users.groupby("user_id")["event_timestamp"].max()
+    first_user = users.groupby("user_id")["event_timestamp"].min()
+    late_user = int(first_user.idxmax())
+    stale_user = int(last_user.index[0])
+    hour = pd.Timedelta(hours=1)
+    special = pd.DataFrame(
+        [
+            # Between two snapshots: the earlier one.
+            (1, 1, pd.Timestamp(files.end) - pd.Timedelta(hours=30)),
+            # Before the user's first snapshot: user features null, merchant features present.
+            (late_user, 2, first_user[late_user] - hour),
+            # Past the user TTL (2 days) but inside the merchant TTL (7 days).
+            (stale_user, 4, last_user[stale_user] + USER_TTL + hour),
+            # Before any feature row at all.
+            (2, 5, pd.Timestamp(files.start) - hour),
+            # Unknown entities.
+            (UNKNOWN_ID, UNKNOWN_ID, pd.Timestamp(files.end)),
+        ],
+        columns=["user_id", "merchant_id", "event_timestamp"],
+    )
+    sampled = sources["tx"].sample(40, random_state=0)[["user_id", "merchant_id", "event_timestamp"]]
+    entity_df = pd.concat([special, sampled], ignore_index=True)
+
+    got = fr.training_frame(sqlite_store, "fraud_v1", entity_df=entity_df)
+
+    assert list(got.columns) == ["user_id", "merchant_id", "event_timestamp", *FRAUD_V1]
+    pd.testing.assert_frame_equal(got[entity_df.columns], entity_df)
+    _assert_frames_match(got, _expected_offline(entity_df, sources))
+
+    row = got.iloc
+    assert not row[0][FRAUD_V1].isna().any()
+    assert row[1][USER_FEATURES].isna().all() and not row[1][MERCHANT_FEATURES].isna().any()
+    assert row[2][USER_FEATURES].isna().all() and not row[2][MERCHANT_FEATURES].isna().any()
+    assert row[3][FRAUD_V1].isna().all()
+    assert row[4][FRAUD_V1].isna().all()
+
+
+def test_training_frame_covers_every_transaction(
+    sqlite_store: FeatureStore, sources: dict[str, pd.DataFrame]
+) -> None:
+    tx = sources["tx"]
+    got = fr.training_frame(sqlite_store, "fraud_v1")
+
+    assert list(got.columns) == [*tx.columns, *FRAUD_V1]
+    pd.testing.assert_frame_equal(got[tx.columns], tx)
+    _assert_frames_match(got, _expected_offline(tx, sources))
+    # Some transactions predate their user's first snapshot, and the label depends on the features.
+    assert 0 < got["user_age_days"].isna().sum() < len(got) // 2
+    risky = got["merchant_risk"] > got["merchant_risk"].median()
+    assert got.loc[risky, "is_fraud"].mean() > got.loc[~risky, "is_fraud"].mean()
+
+
+def _latest(src: pd.DataFrame, key: str, since: pd.Timestamp, features: list[str]) -> dict[int, dict]:
+    fresh = src[src["event_timestamp"] >= since].sort_values(["event_timestamp", "created_timestamp"])
+    return fresh.groupby(key).last()[features].to_dict("index")
+
+
+def _online_rows() -> list[dict[str, int]]:
+    rows = [{"user_id": u, "merchant_id": (u * 7) % 100 + 1} for u in range(1, 41)]
+    return [*rows, {"user_id": UNKNOWN_ID, "merchant_id": UNKNOWN_ID}]
+
+
+def _read_online(store: FeatureStore, rows: list[dict[str, int]]) -> dict[str, list]:
+    service = store.get_feature_service("fraud_v1")
+    return store.get_online_features(features=service, entity_rows=rows).to_dict()
+
+
+def test_online_features_are_the_latest_source_values(
+    sqlite_store: FeatureStore, sources: dict[str, pd.DataFrame], repo: tuple[Path, GeneratedFiles]
+) -> None:
+    _, files = repo
+    end = pd.Timestamp(files.end)
+    # The first incremental materialization loads [now - ttl, now]: with daily snapshots ending at
+    # `end`, that is the last two user snapshots and the last seven merchant ones.
+    users = _latest(sources["user"], "user_id", end - USER_TTL + pd.Timedelta(days=1), USER_FEATURES)
+    merchants = _latest(
+        sources["merchant"], "merchant_id", end - MERCHANT_TTL + pd.Timedelta(days=1), MERCHANT_FEATURES
+    )
+    rows = _online_rows()
+
+    got = _read_online(sqlite_store, rows)
+
+    assert got["user_id"] == [r["user_id"] for r in rows]
+    for i, r in enumerate(rows):
+        want = {
+            **users.get(r["user_id"], dict.fromkeys(USER_FEATURES)),
+            **merchants.get(r["merchant_id"], dict.fromkeys(MERCHANT_FEATURES)),
+        }
+        for name in FRAUD_V1:
+            assert _same(got[name][i], want[name]), (r, name, got[name][i], want[name])
+    assert all(got[name][-1] is None for name in FRAUD_V1)
+
+
+def test_redis_profile_serves_the_same_online_values(
+    sqlite_store: FeatureStore, redis_store: FeatureStore, redis_server: str
+) -> None:
+    rows = _online_rows()
+
+    from_redis = _read_online(redis_store, rows)
+    from_sqlite = _read_online(sqlite_store, rows)
+
+    assert from_redis == from_sqlite
+    assert all(v is not None for v in from_redis["merchant_risk"][:-1])
+    host, port = redis_server.split(":")
+    keys = redis.Redis(host=host, port=int(port)).dbsize()
+    assert isinstance(keys, int) and keys > 0, "Feast wrote nothing into Redis"
+
+
+def test_profile_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(fr.PROFILE_ENV, raising=False)
+    monkeypatch.delenv(fr.REDIS_ENV, raising=False)
+    assert fr.profile_file(SOURCE).name == "feature_store.yaml"
+    assert fr.profile_file(SOURCE, "redis").name == "feature_store.redis.yaml"
+    redis_default = fr.open_store(SOURCE, "redis")
+    assert redis_default.config.online_store.connection_string == "localhost:6379"
+    monkeypatch.setenv(fr.PROFILE_ENV, "redis")
+    monkeypatch.setenv(fr.REDIS_ENV, "redis.internal:6380,password=x")
+    store = fr.open_store(SOURCE)
+    assert store.config.online_store.connection_string == "redis.internal:6380,password=x"
+    assert store.config.registry.path == "data/registry_redis.db"
+    monkeypatch.setenv(fr.PROFILE_ENV, "cassandra")
+    with pytest.raises(ValueError, match="unknown Feast profile 'cassandra'"):
+        fr.open_store(SOURCE)
+
+
+@pytest.fixture(scope="module")
+def corrected_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[FeatureStore, pd.DataFrame]:
+    """A small repository whose user snapshots are sometimes recomputed under the same event timestamp."""
+    path = _copy_repo(tmp_path_factory.mktemp("feast_corrected") / "feature_repo")
+    files = generate(
+        path / "data", seed=11, n_users=100, n_merchants=10, days=10, n_transactions=200, correction_rate=0.2
+    )
+    fr.apply(path, profile="sqlite")
+    store = fr.materialize(path, end=datetime.now(UTC), profile="sqlite")
+    users = pd.read_parquet(files.user_stats)
+    keys = ["user_id", "event_timestamp"]
+    corrections = users[users.duplicated(keys, keep=False)].sort_values("created_timestamp")
+    return store, corrections.drop_duplicates(keys, keep="last").reset_index(drop=True)
+
+
+def test_online_serves_the_correction(corrected_store: tuple[FeatureStore, pd.DataFrame]) -> None:
+    store, corrections = corrected_store
+    newest = corrections[corrections["event_timestamp"] == corrections["event_timestamp"].max()]
+    assert len(newest) > 5
+    rows = [{"user_id": int(u), "merchant_id": 1} for u in newest["user_id"]]
+
+    got = store.get_online_features(features=["user_stats:tx_last_24h"], entity_rows=rows).to_dict()
+
+    assert got["tx_last_24h"] == newest["tx_last_24h"].tolist()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Feast 0.67 file (dask) offline store: the latest created_timestamp does not reliably win a tie "
+    "on the event timestamp in get_historical_features; when this passes, turn corrections on by default",
+)
+def test_historical_serves_the_correction(corrected_store: tuple[FeatureStore, pd.DataFrame]) -> None:
+    store, corrections = corrected_store
+    entity_df = corrections[["user_id", "event_timestamp"]].assign(merchant_id=1)
+    entity_df["event_timestamp"] += pd.Timedelta(hours=2)
+
+    got = fr.training_frame(store, "fraud_v1", entity_df=entity_df)
+
+    assert got["tx_last_24h"].tolist() == corrections["tx_last_24h"].astype(float).tolist()
