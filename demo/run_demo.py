@@ -1,32 +1,36 @@
-"""`make demo`: train -> register (alias champion) -> builder export (+ ensemble) -> builder
-validate -> builder serve (real Triton, no GPU) -> predictions over HTTP and gRPC.
+"""`make demo`: data -> feast apply -> materialize -> train from historical features ->
+register (alias champion) -> builder export (+ ensemble) -> builder validate -> builder serve
+(real Triton, no GPU) -> gateway serve -> predictions through the gateway over HTTP and gRPC ->
+skew check.
 
 Every step is the command a user would run; the demo only chains them and prints what they
-give back. State lives in .demo/ (MLflow registry and artifacts) and model_repo/.
+give back. State lives in .demo/ (MLflow registry and artifacts), feature_repo/data/ and
+model_repo/.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from demo.fraud_data import FEATURES, transactions  # noqa: E402
-
 STATE = ROOT / ".demo"
 REPO = ROOT / "model_repo"
+FEATURES = ROOT / "feature_repo"
 MODEL = "fraud-detector"
 console = Console(highlight=False)
 
@@ -35,58 +39,12 @@ def step(title: str) -> None:
     console.rule(f"[bold]{title}")
 
 
-def train_and_register() -> int:
-    """Train on preprocessed features; log the preprocessing + threshold with the run."""
-    import mlflow
-    from mlflow import MlflowClient
-    from sklearn.ensemble import GradientBoostingClassifier
-    from sklearn.metrics import roc_auc_score
-
-    from builder.ensemble_models import transforms
-
-    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
-    experiment = mlflow.get_experiment_by_name("fraud-demo")
-    exp_id = (
-        experiment.experiment_id
-        if experiment
-        else mlflow.create_experiment("fraud-demo", artifact_location=(STATE / "artifacts").as_uri())
-    )
-    X, y = transactions()
-    train, test = slice(0, 3000), slice(3000, None)
-    spec = {
-        "preprocess": transforms.fit_preprocess(X.iloc[train].to_numpy()),
-        "postprocess": {"positive_index": 1},
-    }
-    features = pd.DataFrame(transforms.preprocess(X.to_numpy(), spec["preprocess"]), columns=FEATURES)
-    model = GradientBoostingClassifier(n_estimators=60, max_depth=3, random_state=0)
-    model.fit(features.iloc[train], y[train])
-    auc = roc_auc_score(y[test], model.predict_proba(features.iloc[test])[:, 1])
-    with mlflow.start_run(experiment_id=exp_id, run_name="fraud-gbm"):
-        mlflow.log_params({"n_estimators": 60, "max_depth": 3, "decision_threshold": 0.35})
-        mlflow.log_metric("test_auc", auc)
-        mlflow.log_dict(spec, "serving/ensemble.json")
-        info = mlflow.sklearn.log_model(
-            model,
-            name="model",
-            input_example=features.iloc[:5],
-            registered_model_name=MODEL,
-            skops_trusted_types=["sklearn.tree._tree.Tree"],
-        )
-    version = int(info.registered_model_version)
-    MlflowClient().set_registered_model_alias(MODEL, "champion", str(version))
-    console.print(
-        f"trained GradientBoosting on {train.stop} rows, test AUC {auc:.3f}; "
-        f"registered {MODEL} version {version} with alias champion"
-    )
-    return version
-
-
-def builder(*args: str) -> None:
-    """Run a `builder` command as a user would; stop the demo if it fails."""
-    console.print(f"[dim]$ builder {' '.join(args)}[/]")
-    result = subprocess.run([sys.executable, "-m", "builder", *args])
+def run(cmd: str, *args: str) -> None:
+    """Run a project command as a user would; stop the demo if it fails."""
+    console.print(f"[dim]$ {cmd} {' '.join(args)}[/]")
+    result = subprocess.run([sys.executable, "-m", cmd, *args])
     if result.returncode != 0:
-        sys.exit(f"demo: `builder {args[0]}` failed with exit code {result.returncode}")
+        sys.exit(f"demo: `{cmd} {args[0]}` failed with exit code {result.returncode}")
 
 
 def free_port(preferred: int) -> int:
@@ -99,71 +57,134 @@ def free_port(preferred: int) -> int:
             return int(s.getsockname()[1])
 
 
-def wait_ready(http_url: str, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
-    import tritonclient.http as httpclient
-
-    client = httpclient.InferenceServerClient(http_url)
+def wait_for(
+    what: str, check: Callable[[], bool], proc: subprocess.Popen[bytes], timeout: float = 180
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            sys.exit("demo: builder serve exited before Triton was ready")
+            sys.exit(f"demo: {what} exited before it was ready")
         try:
-            if client.is_server_ready() and client.is_model_ready(f"{MODEL}_ensemble"):
+            if check():
                 return
-        except Exception:  # connection refused while the server starts
+        except Exception:  # connection refused while it starts
             pass
         time.sleep(0.5)
-    sys.exit(f"demo: Triton was not ready within {timeout:.0f}s")
+    sys.exit(f"demo: {what} was not ready within {timeout:.0f}s")
 
 
-def predictions(http_url: str, grpc_url: str) -> None:
-    import tritonclient.grpc as grpcclient
-    import tritonclient.http as httpclient
+def http_status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
 
-    X, _ = transactions(rows=6, seed=99)
-    X.loc[2, "merchant_risk"] = np.nan  # a missing value: the ensemble's preprocess imputes it
-    raw = X.to_numpy(dtype=np.float32)
 
-    http = httpclient.InferenceServerClient(http_url)
-    inp = httpclient.InferInput("input", list(raw.shape), "FP32")
-    inp.set_data_from_numpy(raw)
-    via_http = http.infer(f"{MODEL}_ensemble", [inp])
+def http_json(url: str, body: object | None = None) -> tuple[int, dict]:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
 
-    grpc = grpcclient.InferenceServerClient(grpc_url)
-    ginp = grpcclient.InferInput("input", list(raw.shape), "FP32")
-    ginp.set_data_from_numpy(raw)
-    via_grpc = grpc.infer(f"{MODEL}_ensemble", [ginp])
 
-    table = Table(title=f"{MODEL}_ensemble: raw transactions -> preprocess -> model -> threshold 0.35")
-    for col in [*FEATURES, "score (HTTP)", "score (gRPC)", "fraud?"]:
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def predictions(gateway_http: str, gateway_grpc: str) -> None:
+    import grpc
+
+    from gateway.proto import gateway_pb2, gateway_pb2_grpc
+
+    rows = [
+        {"user_id": 17, "merchant_id": 3, "amount": 42.5, "hour": 13},
+        {"user_id": 250, "merchant_id": 88, "amount": 980.0, "hour": 3},
+        {"user_id": 401, "merchant_id": 12, "amount": 12.0, "hour": 20},
+    ]
+    status, http_result = http_json(f"http://{gateway_http}/v1/models/{MODEL}/predict", {"rows": rows})
+    if status != 200:
+        sys.exit(f"demo: gateway answered {status}: {http_result}")
+    with grpc.insecure_channel(gateway_grpc) as channel:
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+        request = gateway_pb2.PredictRequest(
+            model=MODEL,
+            rows=[
+                gateway_pb2.Row(
+                    fields={
+                        "user_id": gateway_pb2.Value(int_value=r["user_id"]),
+                        "merchant_id": gateway_pb2.Value(int_value=r["merchant_id"]),
+                        "amount": gateway_pb2.Value(double_value=r["amount"]),
+                        "hour": gateway_pb2.Value(double_value=r["hour"]),
+                    }
+                )
+                for r in rows
+            ],
+        )
+        grpc_result = stub.Predict(request, timeout=10)
+    table = Table(
+        title=f"{MODEL} v{http_result['version']} through the gateway "
+        f"(features {http_result['feature_age_seconds'] / 3600:.1f} h old)"
+    )
+    for col in ("user_id", "merchant_id", "amount", "hour", "score (HTTP)", "score (gRPC)", "fraud?"):
         table.add_column(col, justify="right")
-    for i in range(len(raw)):
+    for row, p, g in zip(rows, http_result["predictions"], grpc_result.predictions, strict=True):
         table.add_row(
-            *(("NaN" if np.isnan(v) else f"{v:.2f}") for v in raw[i]),
-            f"{via_http.as_numpy('score')[i, 0]:.4f}",
-            f"{via_grpc.as_numpy('score')[i, 0]:.4f}",
-            "yes" if via_grpc.as_numpy("label")[i, 0] else "no",
+            str(row["user_id"]),
+            str(row["merchant_id"]),
+            f"{row['amount']:.2f}",
+            str(row["hour"]),
+            f"{p['score']:.4f}",
+            f"{g.score:.4f}",
+            "yes" if p["label"] else "no",
         )
     console.print(table)
-    assert np.array_equal(via_http.as_numpy("score"), via_grpc.as_numpy("score")), "HTTP and gRPC disagree"
-
-    # The bare model too (already-preprocessed features), as a client without the ensemble.
-    stats = http.get_inference_statistics(f"{MODEL}_ensemble")["model_stats"][0]
-    console.print(f"Triton statistics for the ensemble: {stats['inference_count']} inferences")
+    status, err = http_json(
+        f"http://{gateway_http}/v1/models/{MODEL}/predict",
+        {"user_id": 999999, "merchant_id": 3, "amount": 1.0, "hour": 1},
+    )
+    console.print(f"unknown user -> HTTP {status}: {err.get('error')}")
 
 
 def main() -> None:
+    import mlflow
+
+    from demo.train import prepare_feature_store, train_and_register
+
     STATE.mkdir(exist_ok=True)
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{STATE / 'mlflow.db'}")
-    step("1. train and register in MLflow")
-    train_and_register()
-    step("2. builder export (ONNX + parity + config + ensemble)")
-    builder("export", f"models:/{MODEL}@champion", "--repo", str(REPO), "--ensemble")
-    step("3. builder validate")
-    builder("validate", "--repo", str(REPO))
-    step("4. builder serve (real Triton, CPU)")
-    ports = {name: free_port(p) for name, p in (("http", 8000), ("grpc", 8001), ("metrics", 8002))}
-    serve = subprocess.Popen(
+    mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
+
+    step("1. feature store: generate data, feast apply, materialize (SQLite online store)")
+    fs = prepare_feature_store(FEATURES)
+    step("2. train from Feast historical features (point-in-time), register in MLflow")
+    experiment = mlflow.get_experiment_by_name("fraud-demo")
+    exp_id = (
+        experiment.experiment_id
+        if experiment
+        else mlflow.create_experiment("fraud-demo", artifact_location=(STATE / "artifacts").as_uri())
+    )
+    trained = train_and_register(fs, MODEL, exp_id)
+    console.print(
+        f"columns {trained.columns}\ntest AUC {trained.auc:.3f}; registered {MODEL} "
+        f"version {trained.version} with alias champion"
+    )
+
+    step("3. builder export (ONNX + parity + config + ensemble)")
+    run("builder", "export", f"models:/{MODEL}@champion", "--repo", str(REPO), "--ensemble")
+    step("4. builder validate")
+    run("builder", "validate", "--repo", str(REPO))
+
+    step("5. builder serve (real Triton, CPU) and gateway serve")
+    tp = {name: free_port(p) for name, p in (("http", 8000), ("grpc", 8001), ("metrics", 8002))}
+    triton = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -174,26 +195,57 @@ def main() -> None:
             "--address",
             "127.0.0.1",
             "--http-port",
-            str(ports["http"]),
+            str(tp["http"]),
             "--grpc-port",
-            str(ports["grpc"]),
+            str(tp["grpc"]),
             "--metrics-port",
-            str(ports["metrics"]),
-        ],
+            str(tp["metrics"]),
+        ]
     )
+    gateway = None
     try:
-        http_url, grpc_url = f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}"
-        wait_ready(http_url, serve)
-        step("5. predictions over HTTP and gRPC")
-        predictions(http_url, grpc_url)
+        wait_for(
+            "Triton", lambda: http_status(f"http://127.0.0.1:{tp['http']}/v2/health/ready") == 200, triton
+        )
+        gp = {"http": free_port(8080), "grpc": free_port(50051)}
+        gateway = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "serve",
+                "--port",
+                str(gp["http"]),
+                "--grpc-port",
+                str(gp["grpc"]),
+                "--triton-url",
+                f"127.0.0.1:{tp['grpc']}",
+                "--feature-repo",
+                str(FEATURES),
+                "--model",
+                MODEL,
+            ]
+        )
+        wait_for("the gateway", lambda: http_status(f"http://127.0.0.1:{gp['http']}/readyz") == 200, gateway)
+        step("6. predictions through the gateway over HTTP and gRPC")
+        predictions(f"127.0.0.1:{gp['http']}", f"127.0.0.1:{gp['grpc']}")
+        step("7. training-serving skew check")
+        run(
+            "gateway",
+            "skew-check",
+            "--model",
+            MODEL,
+            "--triton-url",
+            f"127.0.0.1:{tp['grpc']}",
+            "--feature-repo",
+            str(FEATURES),
+        )
     finally:
-        serve.send_signal(signal.SIGINT)
-        try:
-            serve.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            serve.kill()
+        if gateway is not None:
+            stop(gateway)
+        stop(triton)
     step("done")
-    console.print(f"model repository: {REPO}   registry: {os.environ['MLFLOW_TRACKING_URI']}")
+    console.print(f"model repository: {REPO}\nregistry: {os.environ['MLFLOW_TRACKING_URI']}")
 
 
 if __name__ == "__main__":

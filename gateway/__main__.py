@@ -1,0 +1,5 @@
+"""``python -m gateway`` = the ``gateway`` command."""
+
+from gateway.cli import main
+
+main()

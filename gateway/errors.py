@@ -1,0 +1,97 @@
+"""The gateway's one exception tree: each error carries its HTTP status, gRPC code and a cause.
+
+Transports never decide statuses: the HTTP and gRPC adapters each have one handler that
+reads these attributes. A client's mistake is a 4xx, never a 500; a dependency that is down
+is a 503 with ``Retry-After``; a deadline that passes is a 504.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+
+class GatewayError(Exception):
+    http_status = 500
+    grpc_code = grpc.StatusCode.INTERNAL
+    cause = "internal"
+    retry_after: int | None = None
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field  # the request field path, for input errors ("rows[2].user_id")
+
+    def to_dict(self) -> dict[str, object]:
+        body: dict[str, object] = {"error": self.message, "cause": self.cause}
+        if self.field:
+            body["field"] = self.field
+        return body
+
+
+class BadRequest(GatewayError):
+    """Malformed JSON or a body that is not an object."""
+
+    http_status = 400
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    cause = "bad_request"
+
+
+class InvalidInput(GatewayError):
+    """Well-formed, but a field is missing, unknown or of the wrong type."""
+
+    http_status = 422
+    grpc_code = grpc.StatusCode.INVALID_ARGUMENT
+    cause = "invalid_input"
+
+
+class Unauthenticated(GatewayError):
+    http_status = 401
+    grpc_code = grpc.StatusCode.UNAUTHENTICATED
+    cause = "unauthenticated"
+
+
+class Forbidden(GatewayError):
+    http_status = 403
+    grpc_code = grpc.StatusCode.PERMISSION_DENIED
+    cause = "forbidden"
+
+
+class ModelNotFound(GatewayError):
+    http_status = 404
+    grpc_code = grpc.StatusCode.NOT_FOUND
+    cause = "unknown_model"
+
+
+class EntityNotFound(GatewayError):
+    http_status = 404
+    grpc_code = grpc.StatusCode.NOT_FOUND
+    cause = "unknown_entity"
+
+
+class TooLarge(GatewayError):
+    """Body or batch beyond the configured limits."""
+
+    http_status = 413
+    grpc_code = grpc.StatusCode.RESOURCE_EXHAUSTED
+    cause = "too_large"
+
+
+class Unavailable(GatewayError):
+    """Triton or the online store cannot be reached; retrying later may succeed."""
+
+    http_status = 503
+    grpc_code = grpc.StatusCode.UNAVAILABLE
+    retry_after = 1
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+class DeadlineExceeded(GatewayError):
+    http_status = 504
+    grpc_code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+    def __init__(self, message: str, *, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause

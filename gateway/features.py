@@ -1,0 +1,91 @@
+"""Online features from Feast, in-process (no feature-server hop).
+
+The Feast SDK's reads are blocking for SQLite: they run in a worker thread so the event loop
+keeps serving; Redis has an async read path, used directly. Every read has a timeout; a store
+that cannot be reached is a 503, a slow one a 504.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gateway.errors import DeadlineExceeded, Unavailable
+
+
+@dataclass(frozen=True)
+class FeatureRows:
+    values: dict[str, list[Any]]  # feature name -> one value per row (None when missing)
+    missing: list[list[str]]  # per row: the features the store had no value for
+    oldest_epoch_s: float | None  # event time of the oldest value used
+
+
+class OnlineFeatures:
+    def __init__(self, repo: Path, profile: str, timeout_s: float) -> None:
+        from feature_repo.store import open_store
+
+        self.profile = profile
+        self.timeout_s = timeout_s
+        self._store = open_store(repo, profile)
+        self._services: dict[str, Any] = {}
+        self._async = profile == "redis"
+
+    def service(self, name: str) -> Any:
+        """The FeatureService object (a registry read), cached: it is resolved once per name."""
+        if name not in self._services:
+            self._services[name] = self._store.get_feature_service(name)
+        return self._services[name]
+
+    async def fetch(self, service_name: str, entity_rows: list[dict[str, int]]) -> FeatureRows:
+        service = await asyncio.wait_for(asyncio.to_thread(self.service, service_name), self.timeout_s)
+        try:
+            if self._async:
+                call = self._store.get_online_features_async(features=service, entity_rows=entity_rows)
+                response = await asyncio.wait_for(call, self.timeout_s)
+            else:
+                response = await asyncio.wait_for(
+                    asyncio.to_thread(
+                        self._store.get_online_features, features=service, entity_rows=entity_rows
+                    ),
+                    self.timeout_s,
+                )
+        except TimeoutError as exc:
+            raise DeadlineExceeded(
+                "the online store did not answer in time", cause="feature_timeout"
+            ) from exc
+        except Exception as exc:  # redis/sqlite connection errors surface as many types
+            raise Unavailable(
+                f"the online store is unreachable ({type(exc).__name__})", cause="feature_store_unavailable"
+            ) from exc
+        data = response.to_dict(include_event_timestamps=True)
+        return _rows(data, len(entity_rows), set(entity_rows[0]) if entity_rows else set())
+
+    async def ping(self, service_name: str, entity_keys: tuple[str, ...]) -> bool:
+        """The online store answers a read of ``service_name`` (for /readyz)."""
+        try:
+            await self.fetch(service_name, [dict.fromkeys(entity_keys, 0)])
+            return True
+        except Exception:
+            return False
+
+
+def _rows(data: dict[str, list[Any]], n: int, keys: set[str]) -> FeatureRows:
+    names = [k for k in data if not k.endswith("__ts") and k not in keys]
+    missing: list[list[str]] = [[] for _ in range(n)]
+    oldest: float | None = None
+    for name in names:
+        for i, value in enumerate(data[name]):
+            if value is None or (isinstance(value, float) and math.isnan(value)):
+                missing[i].append(name)
+        for ts in data.get(f"{name}__ts", []):
+            if ts:
+                oldest = ts if oldest is None else min(oldest, ts)
+    return FeatureRows(values={k: data[k] for k in names}, missing=missing, oldest_epoch_s=oldest)
+
+
+def age_seconds(oldest_epoch_s: float | None) -> float:
+    return -1.0 if oldest_epoch_s is None else max(0.0, time.time() - oldest_epoch_s)

@@ -1,0 +1,23 @@
+"""Prometheus metrics of the gateway (one registry per process, scraped at /metrics)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+# Buckets for a path whose whole budget is a few milliseconds.
+_FAST = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+REQUEST_SECONDS = Histogram(
+    "gateway_request_seconds",
+    "Request latency by route, model and status",
+    ["route", "model", "status"],
+    buckets=_FAST,
+)
+FEATURE_SECONDS = Histogram(
+    "gateway_feature_fetch_seconds", "Online feature read latency", ["model"], buckets=_FAST
+)
+TRITON_SECONDS = Histogram(
+    "gateway_triton_seconds", "Triton inference call latency", ["model"], buckets=_FAST
+)
+ERRORS = Counter("gateway_errors_total", "Errors by cause", ["cause"])
+IN_FLIGHT = Gauge("gateway_requests_in_flight", "Requests being served")

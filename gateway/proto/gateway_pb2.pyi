@@ -1,0 +1,62 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Value(_message.Message):
+    __slots__ = ("int_value", "double_value", "string_value")
+    INT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    DOUBLE_VALUE_FIELD_NUMBER: _ClassVar[int]
+    STRING_VALUE_FIELD_NUMBER: _ClassVar[int]
+    int_value: int
+    double_value: float
+    string_value: str
+    def __init__(self, int_value: _Optional[int] = ..., double_value: _Optional[float] = ..., string_value: _Optional[str] = ...) -> None: ...
+
+class Row(_message.Message):
+    __slots__ = ("fields",)
+    class FieldsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Value
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ...) -> None: ...
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    fields: _containers.MessageMap[str, Value]
+    def __init__(self, fields: _Optional[_Mapping[str, Value]] = ...) -> None: ...
+
+class PredictRequest(_message.Message):
+    __slots__ = ("model", "rows")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    rows: _containers.RepeatedCompositeFieldContainer[Row]
+    def __init__(self, model: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ...) -> None: ...
+
+class Prediction(_message.Message):
+    __slots__ = ("score", "label", "probabilities", "defaults_used")
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
+    DEFAULTS_USED_FIELD_NUMBER: _ClassVar[int]
+    score: float
+    label: int
+    probabilities: _containers.RepeatedScalarFieldContainer[float]
+    defaults_used: bool
+    def __init__(self, score: _Optional[float] = ..., label: _Optional[int] = ..., probabilities: _Optional[_Iterable[float]] = ..., defaults_used: _Optional[bool] = ...) -> None: ...
+
+class PredictResponse(_message.Message):
+    __slots__ = ("model", "model_version", "predictions", "feature_age_seconds")
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
+    FEATURE_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    model_version: str
+    predictions: _containers.RepeatedCompositeFieldContainer[Prediction]
+    feature_age_seconds: float
+    def __init__(self, model: _Optional[str] = ..., model_version: _Optional[str] = ..., predictions: _Optional[_Iterable[_Union[Prediction, _Mapping]]] = ..., feature_age_seconds: _Optional[float] = ...) -> None: ...

@@ -1,0 +1,39 @@
+"""Typed gateway settings, parsed once in ``main()`` from env vars (``GATEWAY_*``) and flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+    grpc_port: int = Field(50051, ge=0, le=65535)  # 0: no gRPC server
+    triton_url: str = "127.0.0.1:8001"  # Triton's gRPC endpoint
+    feature_repo: Path = Path("feature_repo")
+    online_store: Literal["sqlite", "redis"] = "sqlite"
+    redis_url: str | None = None  # Feast's form, host:port[,password=...]
+
+    triton_timeout_s: float = Field(2.0, gt=0)
+    feature_timeout_s: float = Field(1.0, gt=0)
+    # What to do when an entity has no online features: reject (404) or use the training
+    # defaults (NaN, imputed by the model's preprocess) and flag the prediction.
+    missing_entities: Literal["reject", "default"] = "reject"
+    missing_entities_by_model: dict[str, Literal["reject", "default"]] = Field(default_factory=dict)
+
+    max_body_bytes: int = Field(1 << 20, gt=0)
+    max_batch_rows: int = Field(256, gt=0)
+
+    # Auth: keys from GATEWAY_API_KEYS (comma separated) and/or a mounted file (one per line).
+    api_keys: SecretStr | None = None
+    api_keys_file: Path | None = None
+    log_level: str = "info"
+
+    def missing_policy(self, model: str) -> str:
+        return self.missing_entities_by_model.get(model, self.missing_entities)
