@@ -52,6 +52,7 @@ def serve(
 ) -> None:
     """Run the gateway (HTTP and gRPC) until interrupted."""
     settings = _settings(
+        models=tuple(model) if model else None,
         host=host,
         port=port,
         grpc_port=grpc_port,
@@ -63,7 +64,7 @@ def serve(
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    asyncio.run(_serve(settings, tuple(model or ["fraud-detector"])))
+    asyncio.run(_serve(settings, settings.models))
 
 
 async def _serve(settings: Any, models: tuple[str, ...]) -> None:

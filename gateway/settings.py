@@ -17,6 +17,7 @@ class GatewaySettings(BaseSettings):
     grpc_port: int = Field(50051, ge=0, le=65535)  # 0: no gRPC server
     triton_url: str = "127.0.0.1:8001"  # Triton's gRPC endpoint
     feature_repo: Path = Path("feature_repo")
+    models: tuple[str, ...] = ("fraud-detector",)  # what /readyz checks (any model can be asked)
     online_store: Literal["sqlite", "redis"] = "sqlite"
     redis_url: str | None = None  # Feast's form, host:port[,password=...]
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import math
 import shutil
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +22,7 @@ from feast import FeatureStore
 from feature_repo import store as fr
 from feature_repo.definitions import MERCHANT_TTL, USER_TTL
 from feature_repo.generate import GeneratedFiles, generate, point_in_time
+from tests import servers
 
 pytestmark = pytest.mark.integration
 
@@ -64,54 +63,11 @@ def sqlite_store(repo: tuple[Path, GeneratedFiles]) -> FeatureStore:
     return fr.materialize(path, end=datetime.now(UTC), profile="sqlite")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A throwaway redis-server on a free loopback port; yields Feast's connection string for it."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.fail(
-            "redis-server is not installed; the Redis online-store profile is tested against a real one. "
-            "Install it: apt-get update && apt-get install -y redis-server"
-        )
-    workdir = tmp_path_factory.mktemp("redis")
-    port = _free_port()
-    log = workdir / "redis.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            cwd=workdir,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
-    try:
-        deadline = time.monotonic() + 10
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"redis-server exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                if client.ping():
-                    break
-            except redis.exceptions.ConnectionError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"redis-server did not answer PING within 10 s:\n{log.read_text()}")
-            time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
-    finally:
-        client.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with servers.redis_server(tmp_path_factory.mktemp("redis")) as server:
+        yield server.address
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,331 @@
+"""The gateway against the real stack: Feast online store, embedded Triton, `gateway serve`.
+
+Predictions are checked against the trained model on the same features, read from the store
+by the test itself; errors against the statuses a client would see.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+import numpy as np
+import pandas as pd
+import pytest
+import requests
+
+from builder.ensemble_models import transforms
+from gateway.proto import gateway_pb2, gateway_pb2_grpc
+from tests import servers
+from tests.gateway.conftest import MODEL, Stack, gateway_env
+
+pytestmark = pytest.mark.integration
+
+ROWS = [
+    {"user_id": 17, "merchant_id": 3, "amount": 42.5, "hour": 13},
+    {"user_id": 250, "merchant_id": 88, "amount": 980.0, "hour": 3},
+    {"user_id": 401, "merchant_id": 12, "amount": 12.0, "hour": 20},
+]
+
+
+def expected_scores(stack: Stack, rows: list[dict[str, Any]]) -> np.ndarray:
+    """The trained model on the same online features, assembled in training column order."""
+    from feature_repo.store import SERVICE
+
+    service = stack.store.get_feature_service(SERVICE)
+    keys = [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in rows]
+    online = stack.store.get_online_features(features=service, entity_rows=keys).to_dict()
+    columns = stack.trained.columns
+    x = np.array(
+        [[r[c] if c in r else (np.nan if online[c][i] is None else online[c][i]) for c in columns]
+         for i, r in enumerate(rows)],
+        dtype=np.float32,
+    )
+    features = transforms.preprocess(x, stack.trained.spec["preprocess"])
+    return stack.trained.model.predict_proba(pd.DataFrame(features.astype(np.float64), columns=columns))[:, 1]
+
+
+def online_complete(stack: Stack, row: dict[str, Any]) -> bool:
+    from feature_repo.store import SERVICE
+
+    keys = {"user_id": row["user_id"], "merchant_id": row["merchant_id"]}
+    values = stack.store.get_online_features(features=stack.store.get_feature_service(SERVICE),
+                                             entity_rows=[keys]).to_dict()
+    return all(v[0] is not None for k, v in values.items() if k not in keys)
+
+
+def predict(gw: servers.Gateway, body: Any, model: str = MODEL, **kwargs: Any) -> requests.Response:
+    return requests.post(f"{gw.url}/v1/models/{model}/predict", json=body, timeout=10, **kwargs)
+
+
+def grpc_predict(gw: servers.Gateway, rows: list[dict[str, Any]], model: str = MODEL,
+                 metadata: tuple[tuple[str, str], ...] = ()) -> gateway_pb2.PredictResponse:
+    def value(v: Any) -> gateway_pb2.Value:
+        return gateway_pb2.Value(int_value=v) if isinstance(v, int) else gateway_pb2.Value(double_value=v)
+
+    with grpc.insecure_channel(gw.grpc) as channel:
+        request = gateway_pb2.PredictRequest(
+            model=model, rows=[gateway_pb2.Row(fields={k: value(v) for k, v in r.items()}) for r in rows]
+        )
+        return gateway_pb2_grpc.GatewayStub(channel).Predict(request, timeout=10, metadata=metadata)
+
+
+def test_http_predictions_equal_the_model_on_the_same_features(stack: Stack, gateway: servers.Gateway):
+    response = predict(gateway, {"rows": ROWS})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["model"] == MODEL and body["version"] == str(stack.trained.version)
+    scores = np.array([p["score"] for p in body["predictions"]])
+    np.testing.assert_allclose(scores, expected_scores(stack, ROWS), atol=1e-5)
+    # the ensemble's postprocess applies the run's threshold (0.35)
+    assert [p["label"] for p in body["predictions"]] == [int(s >= 0.35) for s in scores]
+    assert 0 <= body["feature_age_seconds"] < 3 * 24 * 3600
+    assert not any(p["defaults_used"] for p in body["predictions"])
+
+
+def test_single_row_body(stack: Stack, gateway: servers.Gateway):
+    response = predict(gateway, ROWS[1])
+    assert response.status_code == 200, response.text
+    (prediction,) = response.json()["predictions"]
+    assert prediction["score"] == pytest.approx(expected_scores(stack, ROWS[1:2])[0], abs=1e-5)
+
+
+def test_grpc_predictions_equal_http(stack: Stack, gateway: servers.Gateway):
+    reply = grpc_predict(gateway, ROWS)
+    http = predict(gateway, {"rows": ROWS}).json()
+    assert reply.model == MODEL and reply.model_version == str(stack.trained.version)
+    assert [p.score for p in reply.predictions] == pytest.approx([p["score"] for p in http["predictions"]], abs=1e-7)
+
+
+@pytest.mark.parametrize(
+    "body, status, field, fragment",
+    [
+        ({"rows": "nope"}, 422, "rows", "list"),
+        ({"rows": []}, 422, "rows", "no rows"),
+        ({"rows": [{"merchant_id": 3, "amount": 1.0, "hour": 1}]}, 422, "rows[0].user_id", "missing entity key"),
+        ({"rows": [{**ROWS[0], "user_id": "17"}]}, 422, "rows[0].user_id", "integer"),
+        ({"rows": [{**ROWS[0], "amount": "lots"}]}, 422, "rows[0].amount", "finite number"),
+        ({"rows": [ROWS[0], {**ROWS[0], "hour": None}]}, 422, "rows[1].hour", "missing request field"),
+        ({"rows": [{**ROWS[0], "colour": "red"}]}, 422, "rows[0].colour", "unknown field"),
+        ({"rows": [ROWS[0]], "extra": 1}, 422, "extra", "unknown top-level"),
+        ({"rows": [ROWS[0]] * 17}, 413, None, "exceed the limit of 16"),
+        ({"rows": [{**ROWS[0], "user_id": 999999}]}, 404, "rows[0]", "no online features for user_id=999999"),
+        ([1, 2], 400, None, "JSON object"),
+    ],
+)
+def test_bad_input_gets_a_clear_4xx(gateway: servers.Gateway, body: Any, status: int, field: str | None, fragment: str):
+    response = predict(gateway, body)
+    assert response.status_code == status, response.text
+    error = response.json()
+    assert fragment in error["error"]
+    assert error.get("field") == field
+
+
+def test_malformed_json_unknown_model_and_oversized_body(gateway: servers.Gateway):
+    bad = requests.post(f"{gateway.url}/v1/models/{MODEL}/predict", data=b"{not json", timeout=10)
+    assert bad.status_code == 400 and "not valid JSON" in bad.json()["error"]
+    unknown = predict(gateway, {"rows": ROWS}, model="no-such-model")
+    assert unknown.status_code == 404 and unknown.json()["cause"] == "unknown_model"
+    huge = requests.post(f"{gateway.url}/v1/models/{MODEL}/predict", data=b" " * 70_000, timeout=10)
+    assert huge.status_code == 413
+    # and the gateway is still up and serving
+    assert predict(gateway, {"rows": ROWS}).status_code == 200
+
+
+def test_grpc_errors_carry_grpc_statuses(gateway: servers.Gateway):
+    with pytest.raises(grpc.RpcError) as invalid:
+        grpc_predict(gateway, [{"user_id": 17, "amount": 1.0, "hour": 1}])
+    assert invalid.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "rows[0].merchant_id" in invalid.value.details()
+    with pytest.raises(grpc.RpcError) as unknown:
+        grpc_predict(gateway, ROWS, model="no-such-model")
+    assert unknown.value.code() == grpc.StatusCode.NOT_FOUND
+    with pytest.raises(grpc.RpcError) as entity:
+        grpc_predict(gateway, [{**ROWS[0], "user_id": 999999}])
+    assert entity.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_concurrent_clients_all_get_their_own_answers(stack: Stack, gateway: servers.Gateway):
+    rng = np.random.default_rng(3)
+    candidates = [
+        {"user_id": int(u), "merchant_id": int(m), "amount": float(a), "hour": int(h)}
+        for u, m, a, h in zip(rng.integers(1, 501, 300), rng.integers(1, 101, 300),
+                              rng.uniform(1, 500, 300).round(2), rng.integers(0, 24, 300), strict=True)
+    ]
+    want_all = expected_scores(stack, candidates)
+    # entities the online store knows (some users have no fresh snapshot: those answer 404)
+    known = [i for i, r in enumerate(candidates) if online_complete(stack, r)]
+    rows, want = [candidates[i] for i in known][:160], want_all[known][:160]
+    assert len(rows) >= 100
+    session = requests.Session()
+    session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=32))
+
+    def one(i: int) -> float:
+        r = session.post(f"{gateway.url}/v1/models/{MODEL}/predict", json=rows[i], timeout=20)
+        assert r.status_code == 200, r.text
+        return float(r.json()["predictions"][0]["score"])
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        got = list(pool.map(one, range(len(rows))))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_health_ready_and_metrics(gateway: servers.Gateway):
+    assert requests.get(f"{gateway.url}/healthz", timeout=5).json() == {"status": "ok"}
+    ready = requests.get(f"{gateway.url}/readyz", timeout=10)
+    assert ready.status_code == 200 and ready.json()["ready"] is True
+    predict(gateway, {"rows": ROWS})
+    predict(gateway, {"rows": [{**ROWS[0], "user_id": 999999}]})
+    text = requests.get(f"{gateway.url}/metrics", timeout=5).text
+    assert f'gateway_request_seconds_count{{model="{MODEL}",route="predict",status="200"}}' in text
+    assert f'gateway_feature_fetch_seconds_count{{model="{MODEL}"}}' in text
+    assert f'gateway_triton_seconds_count{{model="{MODEL}"}}' in text
+    assert 'gateway_errors_total{cause="unknown_entity"}' in text
+    assert "gateway_requests_in_flight" in text
+
+
+def test_logs_hold_no_feature_values_or_keys(stack: Stack, tmp_path):
+    env = gateway_env(stack, GATEWAY_API_KEYS="s3cr3t-key-1")
+    with servers.gateway_process(tmp_path, env) as gw:
+        assert predict(gw, {"rows": ROWS}, headers={"X-API-Key": "s3cr3t-key-1"}).status_code == 200
+        assert predict(gw, {"rows": ROWS}, headers={"X-API-Key": "wrong"}).status_code == 403
+        log = gw.log_text()
+    assert "s3cr3t-key-1" not in log and "980.0" not in log
+
+
+def test_auth_api_key_and_bearer(stack: Stack, tmp_path):
+    keys = tmp_path / "api-keys"
+    keys.write_text("# mounted secret\nkey-from-file\n")
+    env = gateway_env(stack, GATEWAY_API_KEYS="key-a,key-b", GATEWAY_API_KEYS_FILE=str(keys))
+    with servers.gateway_process(tmp_path, env) as gw:
+        assert predict(gw, {"rows": ROWS}).status_code == 401
+        assert predict(gw, {"rows": ROWS}, headers={"X-API-Key": "nope"}).status_code == 403
+        assert predict(gw, {"rows": ROWS}, headers={"X-API-Key": "key-b"}).status_code == 200
+        assert predict(gw, {"rows": ROWS}, headers={"Authorization": "Bearer key-from-file"}).status_code == 200
+        with pytest.raises(grpc.RpcError) as denied:
+            grpc_predict(gw, ROWS)
+        assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert grpc_predict(gw, ROWS, metadata=(("x-api-key", "key-a"),)).predictions
+        # probes stay open: kubelets carry no API key
+        assert servers.http_status(gw.url + "/healthz") == 200
+
+
+def test_missing_entity_with_defaults_policy_is_flagged(stack: Stack, tmp_path):
+    env = gateway_env(stack, GATEWAY_MISSING_ENTITIES="default")
+    with servers.gateway_process(tmp_path, env) as gw:
+        rows = [ROWS[0], {**ROWS[1], "user_id": 999999}]
+        response = predict(gw, {"rows": rows})
+        assert response.status_code == 200, response.text
+        flags = [p["defaults_used"] for p in response.json()["predictions"]]
+        assert flags == [False, True]
+        # NaN for the missing user's features, imputed by the ensemble with training medians
+        got = [p["score"] for p in response.json()["predictions"]]
+        np.testing.assert_allclose(got, expected_scores(stack, rows), atol=1e-5)
+
+
+def test_skew_check_passes_then_catches_a_changed_online_value(stack: Stack, tmp_path):
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "gateway", "skew-check", "--model", MODEL, "--sample", "20",
+           "--triton-url", stack.triton.grpc_url, "--feature-repo", str(stack.feature_repo), "--json"]
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert ok.returncode == 0, ok.stderr
+    report = json.loads(ok.stdout)
+    assert report["passed"] and report["entities"] == 20
+    assert report["columns"] == stack.trained.columns
+
+    # Skew by hand: overwrite one user's online value, as a buggy writer would.
+    first = json.loads(ok.stdout)
+    del first
+    import random
+
+    from feature_repo.store import load_transactions
+
+    tx = load_transactions(stack.store)
+    pairs = sorted(set(zip(tx.user_id.astype(int), tx.merchant_id.astype(int), strict=True)))
+    user = random.Random(0).sample(pairs, 20)[0][0]  # the skew check samples with seed 0
+    view = stack.store.get_feature_view("user_stats")
+    current = stack.store.get_online_features(
+        features=["user_stats:avg_amount_30d", "user_stats:user_age_days", "user_stats:tx_last_24h"],
+        entity_rows=[{"user_id": user}],
+    ).to_dict()
+    frame = pd.DataFrame({
+        "user_id": [user],
+        "avg_amount_30d": [current["avg_amount_30d"][0] + 1000.0],
+        "user_age_days": [current["user_age_days"][0]],
+        "tx_last_24h": [current["tx_last_24h"][0]],
+        "event_timestamp": [pd.Timestamp.now(tz="UTC")],
+        "created_timestamp": [pd.Timestamp.now(tz="UTC")],
+    })
+    try:
+        stack.store.write_to_online_store(view.name, frame)
+        bad = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    finally:
+        frame["avg_amount_30d"] = [current["avg_amount_30d"][0]]
+        stack.store.write_to_online_store(view.name, frame)
+    assert bad.returncode == 1
+    mismatches = json.loads(bad.stdout)["mismatches"]
+    assert {(m["entity"]["user_id"], m["column"]) for m in mismatches} == {(user, "avg_amount_30d")}
+
+
+def test_triton_down_gives_503_and_the_gateway_recovers(stack: Stack, triton_runtime: Any, tmp_path):
+    from builder.runtime.server import TritonServer
+
+    names = [p.name for p in stack.model_repo.iterdir() if p.is_dir()]
+    own = TritonServer(stack.model_repo, runtime=triton_runtime, model_control_mode="explicit", load_models=names,
+                       log_path=tmp_path / "triton.log")
+    own.start(timeout=180)
+    ports = dict(own.ports)
+    try:
+        env = gateway_env(stack, GATEWAY_TRITON_URL=own.grpc_url, GATEWAY_TRITON_TIMEOUT_S="1.0")
+        with servers.gateway_process(tmp_path, env) as gw:
+            assert predict(gw, {"rows": ROWS}).status_code == 200
+            own.stop()
+            down = predict(gw, {"rows": ROWS})
+            assert down.status_code == 503, down.text
+            assert down.headers.get("Retry-After") == "1"
+            assert down.json()["cause"] == "triton_unavailable"
+            assert requests.get(f"{gw.url}/readyz", timeout=10).status_code == 503
+            own = TritonServer(stack.model_repo, runtime=triton_runtime, model_control_mode="explicit",
+                               load_models=names, http_port=ports["http"], grpc_port=ports["grpc"],
+                               metrics_port=ports["metrics"], log_path=tmp_path / "triton2.log")
+            own.start(timeout=180)
+            deadline = time.monotonic() + 30
+            status = 0
+            while time.monotonic() < deadline:
+                status = predict(gw, {"rows": ROWS}).status_code
+                if status == 200:
+                    break
+                time.sleep(0.5)
+            assert status == 200, "the gateway did not recover after Triton came back"
+    finally:
+        own.stop()
+
+
+def test_redis_profile_then_online_store_down_gives_503(stack: Stack, tmp_path, monkeypatch):
+    from datetime import UTC, datetime
+
+    from feature_repo import store as feature_store
+
+    with servers.redis_server(tmp_path) as redis:
+        monkeypatch.setenv(feature_store.REDIS_ENV, redis.address)
+        feature_store.apply(stack.feature_repo, profile="redis")
+        feature_store.materialize(stack.feature_repo, end=datetime.now(UTC), profile="redis")
+        env = gateway_env(stack, GATEWAY_ONLINE_STORE="redis", GATEWAY_REDIS_URL=redis.address,
+                          GATEWAY_FEATURE_TIMEOUT_S="1.0")
+        with servers.gateway_process(tmp_path, env) as gw:
+            response = predict(gw, {"rows": ROWS})
+            assert response.status_code == 200, response.text
+            scores = [p["score"] for p in response.json()["predictions"]]
+            np.testing.assert_allclose(scores, expected_scores(stack, ROWS), atol=1e-5)
+            redis.stop()
+            down = predict(gw, {"rows": ROWS})
+            assert down.status_code == 503, down.text
+            assert down.json()["cause"] == "feature_store_unavailable"
+            assert down.headers.get("Retry-After") == "1"
+            assert requests.get(f"{gw.url}/readyz", timeout=10).status_code == 503
+            assert servers.http_status(gw.url + "/healthz") == 200  # live, just not ready
