@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,12 @@ class OnlineFeatures:
                     self.timeout_s,
                 )
         except TimeoutError as exc:
+            # The Redis client retries refused connections with backoff until our deadline, so
+            # a down store first looks slow: probe it to tell "down" (503) from "slow" (504).
+            if not await self._reachable():
+                raise Unavailable(
+                    "the online store is unreachable", cause="feature_store_unavailable"
+                ) from exc
             raise DeadlineExceeded(
                 "the online store did not answer in time", cause="feature_timeout"
             ) from exc
@@ -63,6 +70,18 @@ class OnlineFeatures:
             ) from exc
         data = response.to_dict(include_event_timestamps=True)
         return _rows(data, len(entity_rows), set(entity_rows[0]) if entity_rows else set())
+
+    async def _reachable(self) -> bool:
+        if self.profile != "redis":
+            return True
+        address = os.environ.get("REDIS_CONNECTION_STRING", "localhost:6379").split(",")[0]
+        host, _, port = address.rpartition(":")
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host or "localhost", int(port)), 0.25)
+        except (OSError, TimeoutError, ValueError):
+            return False
+        writer.close()
+        return True
 
     async def ping(self, service_name: str, entity_keys: tuple[str, ...]) -> bool:
         """The online store answers a read of ``service_name`` (for /readyz)."""

@@ -62,7 +62,9 @@ def redis_server(workdir: Path) -> Iterator[RedisServer]:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            cwd=workdir, stdout=out, stderr=subprocess.STDOUT,
+            cwd=workdir,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     server = RedisServer(port, proc, log)
     client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
@@ -115,8 +117,13 @@ def gateway_process(workdir: Path, env: dict[str, str], *, wait_ready: bool = Tr
     log = workdir / f"gateway-{http_port}.log"
     full_env = {**os.environ, "GATEWAY_PORT": str(http_port), "GATEWAY_GRPC_PORT": str(grpc_port), **env}
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve"], env=full_env,
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "serve"],
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     gw = Gateway(f"127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}", proc, log)
     try:
         path = "/readyz" if wait_ready else "/healthz"

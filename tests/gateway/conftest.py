@@ -36,7 +36,9 @@ def copy_feature_repo(dest: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def stack(mlflow_registry: str, triton_runtime: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(
+    mlflow_registry: str, triton_runtime: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
     import mlflow
 
     from demo.train import prepare_feature_store, train_and_register
@@ -49,8 +51,13 @@ def stack(mlflow_registry: str, triton_runtime: Any, tmp_path_factory: pytest.Te
     model_repo = root / "model_repo"
     export_model(ExportRequest(f"models:/{MODEL}@champion", model_repo, ensemble=True))
     names = [p.name for p in model_repo.iterdir() if p.is_dir()]
-    triton = TritonServer(model_repo, runtime=triton_runtime, model_control_mode="explicit", load_models=names,
-                          log_path=root / "tritonserver.log")
+    triton = TritonServer(
+        model_repo,
+        runtime=triton_runtime,
+        model_control_mode="explicit",
+        load_models=names,
+        log_path=root / "tritonserver.log",
+    )
     triton.start(timeout=180)
     try:
         yield Stack(repo, store, model_repo, trained, triton)

@@ -40,8 +40,10 @@ def expected_scores(stack: Stack, rows: list[dict[str, Any]]) -> np.ndarray:
     online = stack.store.get_online_features(features=service, entity_rows=keys).to_dict()
     columns = stack.trained.columns
     x = np.array(
-        [[r[c] if c in r else (np.nan if online[c][i] is None else online[c][i]) for c in columns]
-         for i, r in enumerate(rows)],
+        [
+            [r[c] if c in r else (np.nan if online[c][i] is None else online[c][i]) for c in columns]
+            for i, r in enumerate(rows)
+        ],
         dtype=np.float32,
     )
     features = transforms.preprocess(x, stack.trained.spec["preprocess"])
@@ -52,8 +54,9 @@ def online_complete(stack: Stack, row: dict[str, Any]) -> bool:
     from feature_repo.store import SERVICE
 
     keys = {"user_id": row["user_id"], "merchant_id": row["merchant_id"]}
-    values = stack.store.get_online_features(features=stack.store.get_feature_service(SERVICE),
-                                             entity_rows=[keys]).to_dict()
+    values = stack.store.get_online_features(
+        features=stack.store.get_feature_service(SERVICE), entity_rows=[keys]
+    ).to_dict()
     return all(v[0] is not None for k, v in values.items() if k not in keys)
 
 
@@ -61,8 +64,12 @@ def predict(gw: servers.Gateway, body: Any, model: str = MODEL, **kwargs: Any) -
     return requests.post(f"{gw.url}/v1/models/{model}/predict", json=body, timeout=10, **kwargs)
 
 
-def grpc_predict(gw: servers.Gateway, rows: list[dict[str, Any]], model: str = MODEL,
-                 metadata: tuple[tuple[str, str], ...] = ()) -> gateway_pb2.PredictResponse:
+def grpc_predict(
+    gw: servers.Gateway,
+    rows: list[dict[str, Any]],
+    model: str = MODEL,
+    metadata: tuple[tuple[str, str], ...] = (),
+) -> gateway_pb2.PredictResponse:
     def value(v: Any) -> gateway_pb2.Value:
         return gateway_pb2.Value(int_value=v) if isinstance(v, int) else gateway_pb2.Value(double_value=v)
 
@@ -97,7 +104,9 @@ def test_grpc_predictions_equal_http(stack: Stack, gateway: servers.Gateway):
     reply = grpc_predict(gateway, ROWS)
     http = predict(gateway, {"rows": ROWS}).json()
     assert reply.model == MODEL and reply.model_version == str(stack.trained.version)
-    assert [p.score for p in reply.predictions] == pytest.approx([p["score"] for p in http["predictions"]], abs=1e-7)
+    assert [p.score for p in reply.predictions] == pytest.approx(
+        [p["score"] for p in http["predictions"]], abs=1e-7
+    )
 
 
 @pytest.mark.parametrize(
@@ -105,7 +114,12 @@ def test_grpc_predictions_equal_http(stack: Stack, gateway: servers.Gateway):
     [
         ({"rows": "nope"}, 422, "rows", "list"),
         ({"rows": []}, 422, "rows", "no rows"),
-        ({"rows": [{"merchant_id": 3, "amount": 1.0, "hour": 1}]}, 422, "rows[0].user_id", "missing entity key"),
+        (
+            {"rows": [{"merchant_id": 3, "amount": 1.0, "hour": 1}]},
+            422,
+            "rows[0].user_id",
+            "missing entity key",
+        ),
         ({"rows": [{**ROWS[0], "user_id": "17"}]}, 422, "rows[0].user_id", "integer"),
         ({"rows": [{**ROWS[0], "amount": "lots"}]}, 422, "rows[0].amount", "finite number"),
         ({"rows": [ROWS[0], {**ROWS[0], "hour": None}]}, 422, "rows[1].hour", "missing request field"),
@@ -116,7 +130,9 @@ def test_grpc_predictions_equal_http(stack: Stack, gateway: servers.Gateway):
         ([1, 2], 400, None, "JSON object"),
     ],
 )
-def test_bad_input_gets_a_clear_4xx(gateway: servers.Gateway, body: Any, status: int, field: str | None, fragment: str):
+def test_bad_input_gets_a_clear_4xx(
+    gateway: servers.Gateway, body: Any, status: int, field: str | None, fragment: str
+):
     response = predict(gateway, body)
     assert response.status_code == status, response.text
     error = response.json()
@@ -152,8 +168,13 @@ def test_concurrent_clients_all_get_their_own_answers(stack: Stack, gateway: ser
     rng = np.random.default_rng(3)
     candidates = [
         {"user_id": int(u), "merchant_id": int(m), "amount": float(a), "hour": int(h)}
-        for u, m, a, h in zip(rng.integers(1, 501, 300), rng.integers(1, 101, 300),
-                              rng.uniform(1, 500, 300).round(2), rng.integers(0, 24, 300), strict=True)
+        for u, m, a, h in zip(
+            rng.integers(1, 501, 300),
+            rng.integers(1, 101, 300),
+            rng.uniform(1, 500, 300).round(2),
+            rng.integers(0, 24, 300),
+            strict=True,
+        )
     ]
     want_all = expected_scores(stack, candidates)
     # entities the online store knows (some users have no fresh snapshot: those answer 404)
@@ -204,7 +225,9 @@ def test_auth_api_key_and_bearer(stack: Stack, tmp_path):
         assert predict(gw, {"rows": ROWS}).status_code == 401
         assert predict(gw, {"rows": ROWS}, headers={"X-API-Key": "nope"}).status_code == 403
         assert predict(gw, {"rows": ROWS}, headers={"X-API-Key": "key-b"}).status_code == 200
-        assert predict(gw, {"rows": ROWS}, headers={"Authorization": "Bearer key-from-file"}).status_code == 200
+        assert (
+            predict(gw, {"rows": ROWS}, headers={"Authorization": "Bearer key-from-file"}).status_code == 200
+        )
         with pytest.raises(grpc.RpcError) as denied:
             grpc_predict(gw, ROWS)
         assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -230,8 +253,21 @@ def test_skew_check_passes_then_catches_a_changed_online_value(stack: Stack, tmp
     import subprocess
     import sys
 
-    cmd = [sys.executable, "-m", "gateway", "skew-check", "--model", MODEL, "--sample", "20",
-           "--triton-url", stack.triton.grpc_url, "--feature-repo", str(stack.feature_repo), "--json"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "gateway",
+        "skew-check",
+        "--model",
+        MODEL,
+        "--sample",
+        "20",
+        "--triton-url",
+        stack.triton.grpc_url,
+        "--feature-repo",
+        str(stack.feature_repo),
+        "--json",
+    ]
     ok = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert ok.returncode == 0, ok.stderr
     report = json.loads(ok.stdout)
@@ -253,14 +289,16 @@ def test_skew_check_passes_then_catches_a_changed_online_value(stack: Stack, tmp
         features=["user_stats:avg_amount_30d", "user_stats:user_age_days", "user_stats:tx_last_24h"],
         entity_rows=[{"user_id": user}],
     ).to_dict()
-    frame = pd.DataFrame({
-        "user_id": [user],
-        "avg_amount_30d": [current["avg_amount_30d"][0] + 1000.0],
-        "user_age_days": [current["user_age_days"][0]],
-        "tx_last_24h": [current["tx_last_24h"][0]],
-        "event_timestamp": [pd.Timestamp.now(tz="UTC")],
-        "created_timestamp": [pd.Timestamp.now(tz="UTC")],
-    })
+    frame = pd.DataFrame(
+        {
+            "user_id": [user],
+            "avg_amount_30d": [current["avg_amount_30d"][0] + 1000.0],
+            "user_age_days": [current["user_age_days"][0]],
+            "tx_last_24h": [current["tx_last_24h"][0]],
+            "event_timestamp": [pd.Timestamp.now(tz="UTC")],
+            "created_timestamp": [pd.Timestamp.now(tz="UTC")],
+        }
+    )
     try:
         stack.store.write_to_online_store(view.name, frame)
         bad = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
@@ -276,8 +314,13 @@ def test_triton_down_gives_503_and_the_gateway_recovers(stack: Stack, triton_run
     from builder.runtime.server import TritonServer
 
     names = [p.name for p in stack.model_repo.iterdir() if p.is_dir()]
-    own = TritonServer(stack.model_repo, runtime=triton_runtime, model_control_mode="explicit", load_models=names,
-                       log_path=tmp_path / "triton.log")
+    own = TritonServer(
+        stack.model_repo,
+        runtime=triton_runtime,
+        model_control_mode="explicit",
+        load_models=names,
+        log_path=tmp_path / "triton.log",
+    )
     own.start(timeout=180)
     ports = dict(own.ports)
     try:
@@ -290,9 +333,16 @@ def test_triton_down_gives_503_and_the_gateway_recovers(stack: Stack, triton_run
             assert down.headers.get("Retry-After") == "1"
             assert down.json()["cause"] == "triton_unavailable"
             assert requests.get(f"{gw.url}/readyz", timeout=10).status_code == 503
-            own = TritonServer(stack.model_repo, runtime=triton_runtime, model_control_mode="explicit",
-                               load_models=names, http_port=ports["http"], grpc_port=ports["grpc"],
-                               metrics_port=ports["metrics"], log_path=tmp_path / "triton2.log")
+            own = TritonServer(
+                stack.model_repo,
+                runtime=triton_runtime,
+                model_control_mode="explicit",
+                load_models=names,
+                http_port=ports["http"],
+                grpc_port=ports["grpc"],
+                metrics_port=ports["metrics"],
+                log_path=tmp_path / "triton2.log",
+            )
             own.start(timeout=180)
             deadline = time.monotonic() + 30
             status = 0
@@ -315,8 +365,12 @@ def test_redis_profile_then_online_store_down_gives_503(stack: Stack, tmp_path, 
         monkeypatch.setenv(feature_store.REDIS_ENV, redis.address)
         feature_store.apply(stack.feature_repo, profile="redis")
         feature_store.materialize(stack.feature_repo, end=datetime.now(UTC), profile="redis")
-        env = gateway_env(stack, GATEWAY_ONLINE_STORE="redis", GATEWAY_REDIS_URL=redis.address,
-                          GATEWAY_FEATURE_TIMEOUT_S="1.0")
+        env = gateway_env(
+            stack,
+            GATEWAY_ONLINE_STORE="redis",
+            GATEWAY_REDIS_URL=redis.address,
+            GATEWAY_FEATURE_TIMEOUT_S="1.0",
+        )
         with servers.gateway_process(tmp_path, env) as gw:
             response = predict(gw, {"rows": ROWS})
             assert response.status_code == 200, response.text

@@ -1,0 +1,98 @@
+"""Fixtures of the load-test and release tests.
+
+Real parts where they can run here: a model trained on the spot, registered in the session's
+SQLite MLflow registry, exported by ``builder export`` and served by the real embedded Triton
+(started with the project's launcher on free ports). Where a real part cannot run yet, the
+stand-in says so: ``gateway_standin`` speaks the gateway's HTTP contract until ``gateway/`` has
+a server; ``tests/loadtests/fake_kube.py`` stands in for the Kubernetes API server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.loadtests.gateway_standin import GatewayStandIn
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SMOKE_SCRIPT = Path(__file__).resolve().parent / "smoke_user.py"
+MODEL = "lt-fraud"
+
+
+@dataclass(frozen=True)
+class Served:
+    """The exported repository and the Triton serving it."""
+
+    repo: Path
+    model: str
+    http_url: str  # http://127.0.0.1:PORT
+    grpc_url: str  # 127.0.0.1:PORT
+
+
+@pytest.fixture(scope="session")
+def served(mlflow_registry: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """A real classifier (5 FP32 features, like the demo's) exported and served by real Triton."""
+    from builder.export import ExportRequest, export_model
+    from builder.runtime.install import install_runtime
+    from builder.runtime.paths import default_runtime_dir
+    from builder.runtime.server import TritonServer
+    from tests import models
+
+    repo = tmp_path_factory.mktemp("lt-served") / "model_repo"
+    models.sklearn_classifier(MODEL)
+    export_model(ExportRequest(f"models:/{MODEL}@champion", repo))
+    runtime = install_runtime(default_runtime_dir(), log=print)
+    log = tmp_path_factory.mktemp("lt-triton-log") / "tritonserver.log"
+    server = TritonServer(repo, runtime=runtime, log_path=log)
+    server.start(timeout=180)
+    try:
+        yield Served(repo, MODEL, f"http://{server.http_url}", server.grpc_url)
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def gateway_standin() -> Iterator[GatewayStandIn]:
+    """The gateway's HTTP contract on a free port (see gateway_standin.py for why)."""
+    with GatewayStandIn() as standin:
+        yield standin
+
+
+def run_cli(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``loadtests ...`` as a user runs it, in its own process."""
+    return subprocess.run(
+        [sys.executable, "-c", "from loadtests.cli import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def smoke_user(
+    user_class: str, locust_args: list[str], tmp_path: Path, requests: int = 5, timeout: float = 90
+) -> dict[str, Any]:
+    """Run one Locust user with ``run_single_user`` in a subprocess (Locust patches the process
+    it is imported into with gevent; this pytest process must stay unpatched)."""
+    out = tmp_path / f"smoke-{user_class}.json"
+    proc = subprocess.run(
+        [sys.executable, str(SMOKE_SCRIPT), user_class, str(requests), str(out), "--", *locust_args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )
+    assert proc.returncode == 0, f"smoke script failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
