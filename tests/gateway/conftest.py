@@ -15,7 +15,6 @@ import pytest
 from builder.export import ExportRequest, export_model
 from builder.runtime.server import TritonServer
 from tests import servers
-from tests.integration.conftest import start_triton, triton_runtime  # noqa: F401  (shared fixtures)
 
 MODEL = "fraud-detector"
 SOURCE = Path(__file__).resolve().parents[2] / "feature_repo"
