@@ -61,17 +61,20 @@ class Predictor:
         self.settings = settings
         self.triton = triton
         self.features = features
-        self._specs: dict[str, ModelSpec] = {}
+        self._specs: dict[str, tuple[ModelSpec, float]] = {}
         self._lock = asyncio.Lock()
 
     async def spec(self, model: str) -> ModelSpec:
-        spec = self._specs.get(model)
-        if spec is not None:
-            return spec
+        """The model's spec, resolved through Triton at most every ``spec_ttl_s`` seconds, so a
+        newly loaded version (and its feature list) is picked up without a restart."""
+        cached = self._specs.get(model)
+        if cached is not None and time.monotonic() - cached[1] < self.settings.spec_ttl_s:
+            return cached[0]
         async with self._lock:
-            if model not in self._specs:
-                self._specs[model] = await self._resolve(model)
-        return self._specs[model]
+            cached = self._specs.get(model)
+            if cached is None or time.monotonic() - cached[1] >= self.settings.spec_ttl_s:
+                self._specs[model] = (await self._resolve(model), time.monotonic())
+        return self._specs[model][0]
 
     def forget(self, model: str) -> None:
         """Drop a cached spec (after Triton said the model is gone, or reloaded it)."""

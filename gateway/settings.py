@@ -22,6 +22,7 @@ class GatewaySettings(BaseSettings):
     redis_url: str | None = None  # Feast's form, host:port[,password=...]
 
     triton_timeout_s: float = Field(2.0, gt=0)
+    spec_ttl_s: float = Field(30.0, ge=0)  # how often a model's version and feature list are re-read
     feature_timeout_s: float = Field(1.0, gt=0)
     # What to do when an entity has no online features: reject (404) or use the training
     # defaults (NaN, imputed by the model's preprocess) and flag the prediction.
