@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -29,7 +29,13 @@ from builder.parity import DEFAULT_ATOL, DEFAULT_RTOL, ParityReport, compare, re
 from builder.registry import RegistryModel, fetch_model, tracking_uri
 from builder.repository import ModelArtifact, WriteResult, write_models
 from builder.signature import ModelInputs, inputs_from_signature
+from builder.tensorrt.options import PlanOptions
 from builder.uri import parse_model_uri
+
+if TYPE_CHECKING:
+    from builder.tensorrt.plan import Preflight
+
+FORMATS = ("onnx", "tensorrt")
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class ExportRequest:
     ensemble_spec: Path | None = None
     force: bool = False
     formats: tuple[str, ...] = ("onnx",)
+    tensorrt: PlanOptions = field(default_factory=PlanOptions)  # used with "tensorrt" in formats
 
 
 @dataclass
@@ -64,12 +71,14 @@ class ExportResult:
     parity: ParityReport
     written: list[WriteResult]
     steps: list[StepStatus]
+    plan_parity: ParityReport | None = None  # TensorRT engine vs ONNX Runtime, with a plan
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.name,
             "version": self.version,
             "parity": self.parity.to_dict(),
+            **({"tensorrt_parity": self.plan_parity.to_dict()} if self.plan_parity else {}),
             "models": [
                 {
                     "name": w.name,
@@ -112,11 +121,17 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
     name = validate_model_name(request.name or uri.name or "")
     if request.ensemble_spec is not None and not request.ensemble:
         raise UsageError("--ensemble-spec needs --ensemble")
-    unknown = set(request.formats) - {"onnx"}
+    unknown = set(request.formats) - set(FORMATS)
     if unknown:
-        from builder.gpu import require_tensorrt  # fails fast, before any download
+        raise UsageError(
+            f"--format {', '.join(sorted(unknown))}: use onnx, tensorrt or all",
+            hint="--format is onnx, tensorrt or all",
+        )
+    plan = None
+    if "tensorrt" in request.formats:
+        from builder.tensorrt.plan import preflight  # fails fast, before any download
 
-        require_tensorrt()
+        plan = preflight(request.tensorrt, request.serving)
     steps = _Steps(progress)
     with tempfile.TemporaryDirectory(prefix="builder-export-") as tmp:
         model = steps.run(
@@ -149,12 +164,53 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
         )
         require_pass(parity, model.ref)
         artifacts = _artifacts(request, name, model, inputs, onnx_model, feeds, parity, example_hash)
+        plan_parity = None
+        if plan is not None:
+            artifacts, plan_parity = _with_plan(
+                plan, request, name, model, inputs, onnx_model, feeds, source, artifacts, steps, Path(tmp)
+            )
         written = steps.run(
             f"write {request.repo}",
             lambda: write_models(request.repo, version, artifacts, force=request.force),
             lambda ws: ", ".join(f"{w.name}/{w.version} {w.status}" for w in ws),
         )
-    return ExportResult(name=name, version=version, parity=parity, written=written, steps=steps.done)
+    return ExportResult(
+        name=name, version=version, parity=parity, written=written, steps=steps.done, plan_parity=plan_parity
+    )
+
+
+def _with_plan(
+    pre: Preflight,
+    request: ExportRequest,
+    name: str,
+    model: RegistryModel,
+    inputs: ModelInputs,
+    onnx_model: onnx.ModelProto,
+    feeds: dict[str, np.ndarray],
+    source: str,
+    artifacts: list[ModelArtifact],
+    steps: _Steps,
+    tmp: Path,
+) -> tuple[list[ModelArtifact], ParityReport]:
+    """``--format tensorrt``: NAME becomes the plan; ``all``: NAME stays ONNX, NAME_trt is the plan."""
+    from builder.tensorrt.plan import plan_artifact
+
+    onnx_artifact, rest = artifacts[0], artifacts[1:]
+    both = "onnx" in request.formats
+    plan, plan_parity = plan_artifact(
+        pre,
+        name=validate_model_name(f"{name}_trt") if both else name,
+        model_ref=model.ref,
+        onnx_artifact=onnx_artifact,
+        onnx_model=onnx_model,
+        feeds=feeds,
+        source=source,
+        example=_input_example(model, inputs),
+        serving=request.serving,
+        workdir=tmp / "tensorrt",
+        run=steps.run,
+    )
+    return [*([onnx_artifact] if both else []), plan, *rest], plan_parity
 
 
 def _signature_output_names(model: RegistryModel) -> list[str] | None:
@@ -265,7 +321,9 @@ def _identity(request: ExportRequest, model: RegistryModel) -> str:
         "uri": model.uri.raw if model.version is None else None,
         "builder_version": __version__,
         "opset": request.opset,
-        "formats": sorted(request.formats),
+        # The ONNX model is the same whatever is built beside it (a plan has its own identity),
+        # and this keeps the identities of ONNX-only exports what they always were.
+        "formats": ["onnx"],
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 

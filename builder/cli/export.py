@@ -55,16 +55,57 @@ def export(
     ] = 64,
     opset: Annotated[int, typer.Option(help="ONNX opset (tree models use at most 15)")] = 17,
     format: Annotated[
-        list[str] | None, typer.Option("--format", help="onnx (default), tensorrt or all")
+        list[str] | None,
+        typer.Option(
+            "--format", help="onnx (default); tensorrt (NAME is a TensorRT plan); all (NAME + NAME_trt)"
+        ),
+    ] = None,
+    opt_batch_size: Annotated[
+        int | None,
+        typer.Option(
+            help="TensorRT profile's opt batch (default: largest --preferred-batch-size, else max // 2)"
+        ),
+    ] = None,
+    plan_precision: Annotated[
+        str, typer.Option(help="TensorRT plan precision: fp32, tf32, fp16 or int8 (needs calibration rows)")
+    ] = "fp16",
+    int8_calibration: Annotated[
+        Path | None,
+        typer.Option(
+            help="INT8 calibration rows: .npy (one input) or .npz by input (default: the input example)"
+        ),
+    ] = None,
+    workspace_mb: Annotated[int, typer.Option(help="TensorRT builder workspace limit, MiB")] = 1024,
+    timing_cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="TensorRT timing cache, reused across builds (default: ~/.cache/triton-stack/tensorrt/)"
+        ),
+    ] = None,
+    plan_atol: Annotated[
+        float | None,
+        typer.Option(help="Plan parity vs ONNX Runtime: absolute tolerance (default: per precision)"),
+    ] = None,
+    plan_rtol: Annotated[
+        float | None,
+        typer.Option(help="Plan parity vs ONNX Runtime: relative tolerance (default: per precision)"),
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing version with different content")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout")] = False,
 ) -> None:
     """Export a registry model to ONNX, check parity, and write it into a Triton model repository."""
+    from builder.errors import UsageError
     from builder.export import ExportRequest, export_model
+    from builder.tensorrt.options import PlanOptions
 
     def go() -> None:
         formats = tuple(format or ["onnx"])
+        bad = sorted(set(formats) - {"onnx", "tensorrt", "all"})
+        if bad:
+            raise UsageError(
+                f"--format {', '.join(bad)}: use onnx, tensorrt or all",
+                hint="--format is onnx, tensorrt or all",
+            )
         request = ExportRequest(
             model_uri=model_uri,
             repo=repo,
@@ -89,7 +130,16 @@ def export(
             ensemble=ensemble,
             ensemble_spec=ensemble_spec,
             force=force,
-            formats=("onnx", "tensorrt") if "all" in formats else formats,
+            formats=("onnx", "tensorrt") if "all" in formats else tuple(dict.fromkeys(formats)),
+            tensorrt=PlanOptions(
+                precision=plan_precision,
+                opt_batch_size=opt_batch_size,
+                workspace_mb=workspace_mb,
+                timing_cache=timing_cache,
+                int8_calibration=int8_calibration,
+                atol=plan_atol,
+                rtol=plan_rtol,
+            ),
         )
         if json_output:
             result = export_model(request)

@@ -383,3 +383,14 @@ def test_redis_profile_then_online_store_down_gives_503(stack: Stack, tmp_path, 
             assert down.headers.get("Retry-After") == "1"
             assert requests.get(f"{gw.url}/readyz", timeout=10).status_code == 503
             assert servers.http_status(gw.url + "/healthz") == 200  # live, just not ready
+
+
+def test_deadline_passing_gives_504(stack: Stack, tmp_path):
+    # A Triton deadline no call can meet: every request must end in a 504, fast, not hang.
+    env = gateway_env(stack, GATEWAY_TRITON_TIMEOUT_S="0.0001")
+    with servers.gateway_process(tmp_path, env, wait_ready=False) as gw:
+        start = time.monotonic()
+        response = predict(gw, {"rows": ROWS})
+        assert response.status_code == 504, response.text
+        assert response.json()["cause"] == "triton_timeout"
+        assert time.monotonic() - start < 5

@@ -10,6 +10,7 @@ tested where a GPU is: tests/integration/test_tensorrt_gpu.py.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setattr(gpu, "require_tensorrt", lambda: None)
     monkeypatch.setattr(gpu, "compute_capability", lambda: "9.0")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))  # the default timing cache
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # failed builds' kept folders go here too
 
     def use(mode: str = "ok") -> None:
         monkeypatch.setattr(trt_build, "render_script", lambda spec: STAND_IN.replace("__MODE__", repr(mode)))
@@ -256,6 +258,7 @@ def test_build_failure_reports_the_script_log_and_keeps_the_folder(stand_in, reg
         export_model(request(registered["with_example"], repo_dir))
     assert "While parsing node number 3 [TopK]" in info.value.message  # the log's last lines
     kept = Path((info.value.hint or "").split(" are in ")[1].split(";")[0])
+    assert kept.parent == Path(tempfile.gettempdir())
     assert (kept / "build_engine.py").is_file() and (kept / "model.onnx").is_file()
     assert "cannot parse" in (kept / "build.log").read_text()
     assert not repo_dir.exists() or snapshot(repo_dir) == {}
