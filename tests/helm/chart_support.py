@@ -73,7 +73,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "redis-external": {
         "triton": {"mode": "deployment"},
         "modelRepository": {"storageUri": S3_URI},
-        "redis": {"enabled": False, "external": {"url": "redis://feast-redis.cache.svc:6379/1"}},
+        "redis": {"enabled": False, "external": {"url": "feast-redis.cache.svc:6379"}},
         "gateway": {"auth": {"existingSecret": "gateway-keys", "existingSecretKey": "keys.txt"}},
     },
 }

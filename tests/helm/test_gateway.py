@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-from urllib.parse import urlsplit
 
 from helm_python import Chart
 
@@ -38,13 +37,17 @@ def test_gateway_points_at_triton_grpc_and_the_online_store(release: Release) ->
         assert int(port) == ports["grpc"]
 
     assert env["GATEWAY_ONLINE_STORE"] == "redis"
+    # the gateway binds loopback unless told otherwise: in a pod it must listen on every address,
+    # on the port the probes and the Service use (settings GATEWAY_HOST / GATEWAY_PORT)
+    assert env["GATEWAY_HOST"] == "0.0.0.0"
+    assert env["GATEWAY_PORT"] == str(release.values["gateway"]["ports"]["http"])
     assert env["GATEWAY_FEATURE_REPO"] == release.values["gateway"]["featureRepo"]
     if release.values["redis"]["enabled"]:
         redis = release.one("Service", "redis")
-        url = urlsplit(env["GATEWAY_REDIS_URL"])
-        assert url.scheme == "redis"
-        assert url.hostname == f"{redis['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
-        assert url.port == redis["spec"]["ports"][0]["port"]
+        # Feast's connection-string form, host:port (what the gateway hands to Feast)
+        host, _, port = env["GATEWAY_REDIS_URL"].rpartition(":")
+        assert host == f"{redis['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
+        assert int(port) == redis["spec"]["ports"][0]["port"]
     else:
         assert env["GATEWAY_REDIS_URL"] == release.values["redis"]["external"]["url"]
         assert release.all("StatefulSet", "redis") == [] and release.all("Service", "redis") == []

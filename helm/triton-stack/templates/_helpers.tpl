@@ -253,7 +253,8 @@ predictor's cluster-local host, where Knative splits traffic between the stable 
 
 {{- define "triton-stack.redisUrl" -}}
 {{- if .Values.redis.enabled }}
-{{- printf "redis://%s.%s.svc.%s:%d/0" (include "triton-stack.redis.name" .) .Release.Namespace .Values.clusterDomain (int .Values.redis.port) }}
+{{- /* Feast's connection-string form (host:port[,password=...]), what the gateway passes to Feast */ -}}
+{{- printf "%s.%s.svc.%s:%d" (include "triton-stack.redis.name" .) .Release.Namespace .Values.clusterDomain (int .Values.redis.port) }}
 {{- else }}
 {{- .Values.redis.external.url }}
 {{- end }}
