@@ -7,6 +7,7 @@ HTTP and gRPC adapters translate their requests into ``predict(model, rows)`` an
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from gateway import metrics
+from gateway.batching import Batcher, Pending
 from gateway.catalog import ModelSpec, SpecError, spec_from_config
 from gateway.errors import EntityNotFound, GatewayError, InvalidInput, ModelNotFound, TooLarge
 from gateway.features import OnlineFeatures, age_seconds
@@ -62,6 +64,7 @@ class Predictor:
         self.triton = triton
         self.features = features
         self._specs: dict[str, tuple[ModelSpec, float]] = {}
+        self._batchers: dict[ModelSpec, Batcher] = {}
         self._lock = asyncio.Lock()
 
     async def spec(self, model: str) -> ModelSpec:
@@ -101,34 +104,60 @@ class Predictor:
             raise TooLarge(f"{len(rows)} rows exceed the limit of {self.settings.max_batch_rows} per request")
         spec = await self.spec(model)
         entity_rows, request_values = _validate(spec, rows)
+        batcher = self._batchers.get(spec)
+        if batcher is None:
+            batcher = Batcher(
+                functools.partial(self._run_batch, spec), max_rows=max(self.settings.max_batch_rows, 64)
+            )
+            self._batchers[spec] = batcher
+        result: PredictResult = await batcher.submit(entity_rows, request_values)
+        return result
+
+    async def _run_batch(self, spec: ModelSpec, batch: list[Pending]) -> None:
+        """One feature read and one Triton call for every request in ``batch``."""
+        entity_rows = [r for p in batch for r in p.entity_rows]
+        request_values = [v for p in batch for v in p.request_values]
         start = time.perf_counter()
         try:
             fetched = await self.features.fetch(spec.feature_service, entity_rows)
         finally:
-            metrics.FEATURE_SECONDS.labels(model).observe(time.perf_counter() - start)
-        defaults = [bool(m) for m in fetched.missing]
-        if any(defaults) and self.settings.missing_policy(model) == "reject":
-            i = defaults.index(True)
-            keys = ", ".join(f"{k}={entity_rows[i][k]}" for k in spec.entity_keys)
-            raise EntityNotFound(
-                f"no online features for {keys} (missing: {', '.join(fetched.missing[i])})",
-                field=f"rows[{i}]",
-            )
-        x = _assemble(spec, request_values, fetched.values, len(rows))
+            metrics.FEATURE_SECONDS.labels(spec.name).observe(time.perf_counter() - start)
+        x = _assemble(spec, request_values, fetched.values, len(entity_rows))
         start = time.perf_counter()
         try:
             out = await self.triton.infer(spec.triton_model, spec.input_name, x, spec.outputs)
         except ModelNotFound:
-            self.forget(model)  # a reload may have changed it: resolve again next time
+            self.forget(spec.name)  # a reload may have changed it: resolve again next time
             raise
         finally:
-            metrics.TRITON_SECONDS.labels(model).observe(time.perf_counter() - start)
-        return PredictResult(
-            model=model,
-            version=spec.version,
-            predictions=_predictions(out, defaults),
-            feature_age_s=age_seconds(fetched.oldest_epoch_s),
-        )
+            metrics.TRITON_SECONDS.labels(spec.name).observe(time.perf_counter() - start)
+        predictions = _predictions(out, [bool(m) for m in fetched.missing])
+        reject = self.settings.missing_policy(spec.name) == "reject"
+        offset = 0
+        for item in batch:
+            mine = slice(offset, offset + item.rows)
+            offset += item.rows
+            if item.future.done():
+                continue
+            missing = fetched.missing[mine]
+            if reject and any(missing):
+                i = next(j for j, m in enumerate(missing) if m)
+                keys = ", ".join(f"{k}={item.entity_rows[i][k]}" for k in spec.entity_keys)
+                item.future.set_exception(
+                    EntityNotFound(
+                        f"no online features for {keys} (missing: {', '.join(missing[i])})",
+                        field=f"rows[{i}]",
+                    )
+                )
+                continue
+            item.future.set_result(
+                PredictResult(
+                    model=spec.name,
+                    version=spec.version,
+                    predictions=predictions[mine],
+                    feature_age_s=age_seconds(fetched.oldest_epoch_s[mine]),
+                )
+            )
 
 
 def _validate(spec: ModelSpec, rows: list[Any]) -> tuple[list[dict[str, int]], list[dict[str, float]]]:

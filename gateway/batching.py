@@ -1,0 +1,81 @@
+"""Opportunistic request batching: concurrent requests share one feature read and one Triton call.
+
+Each Feast read and each tritonclient call costs ~0.3 ms of Python per call, not per row
+(measured in ``make bench``), so serving 16 concurrent one-row requests as 16 reads + 16 calls
+spends the gateway's one core on bookkeeping. Here a request joins a queue; a drain task takes
+everything queued at that moment (up to ``max_rows``) as one batch. There is no timer: a lone
+request is served at once, and batches form only when requests arrive while one is in flight,
+which is exactly when batching pays. Results are split back per request, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Pending:
+    entity_rows: list[dict[str, int]]
+    request_values: list[dict[str, float]]
+    future: asyncio.Future[Any] = field(repr=False)
+
+    @property
+    def rows(self) -> int:
+        return len(self.entity_rows)
+
+
+RunBatch = Callable[[list[Pending]], Awaitable[None]]
+
+
+class Batcher:
+    """Queue + at most ``max_in_flight`` drain tasks (two: one reads features while the
+    other waits on Triton)."""
+
+    def __init__(self, run: RunBatch, *, max_rows: int, max_in_flight: int = 2) -> None:
+        self._run = run
+        self._max_rows = max_rows
+        self._max_in_flight = max_in_flight
+        self._queue: list[Pending] = []
+        self._draining = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def submit(self, entity_rows: list[dict[str, int]], request_values: list[dict[str, float]]) -> Any:
+        item = Pending(entity_rows, request_values, asyncio.get_running_loop().create_future())
+        self._queue.append(item)
+        if self._draining < self._max_in_flight:
+            self._draining += 1
+            task = asyncio.create_task(self._drain())
+            self._tasks.add(task)  # keep a reference: the loop only holds tasks weakly
+            task.add_done_callback(self._tasks.discard)
+        return await item.future
+
+    def _take(self) -> list[Pending]:
+        batch: list[Pending] = []
+        rows = 0
+        while self._queue and (not batch or rows + self._queue[0].rows <= self._max_rows):
+            item = self._queue.pop(0)
+            if item.future.done():  # its caller gave up (cancelled): skip it
+                continue
+            batch.append(item)
+            rows += item.rows
+        return batch
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                batch = self._take()
+                if not batch:
+                    continue
+                try:
+                    await self._run(batch)
+                except BaseException as exc:  # never leave a caller waiting forever
+                    for item in batch:
+                        if not item.future.done():
+                            item.future.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+        finally:
+            self._draining -= 1

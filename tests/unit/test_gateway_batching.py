@@ -1,0 +1,96 @@
+"""The gateway's opportunistic batcher, with a batch runner that records what it was given."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway.batching import Batcher, Pending
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_a_lone_request_is_served_at_once_and_concurrent_ones_share_batches():
+    seen: list[int] = []
+
+    async def runner(batch: list[Pending]) -> None:
+        seen.append(sum(p.rows for p in batch))
+        await asyncio.sleep(0.01)  # a feature read + Triton call
+        for p in batch:
+            p.future.set_result([r["user_id"] for r in p.entity_rows])
+
+    async def main() -> list:
+        batcher = Batcher(runner, max_rows=64, max_in_flight=1)
+        alone = await batcher.submit([{"user_id": 0}], [{}])
+        together = await asyncio.gather(*(batcher.submit([{"user_id": i}], [{}]) for i in range(1, 33)))
+        return [alone, *together]
+
+    results = run(main())
+    assert results == [[i] for i in range(33)]  # every caller gets its own rows back, in order
+    assert seen[0] == 1  # no timer: the lone request did not wait for company
+    assert len(seen) < 33 and max(seen) > 1  # the 32 concurrent ones were batched
+
+
+def test_batches_respect_max_rows():
+    sizes: list[int] = []
+
+    async def runner(batch: list[Pending]) -> None:
+        sizes.append(sum(p.rows for p in batch))
+        for p in batch:
+            p.future.set_result(None)
+
+    async def main() -> None:
+        batcher = Batcher(runner, max_rows=10, max_in_flight=1)
+        await asyncio.gather(*(batcher.submit([{"user_id": i}] * 3, [{}] * 3) for i in range(10)))
+
+    run(main())
+    assert sum(sizes) == 30 and max(sizes) <= 10
+
+
+def test_a_failed_batch_fails_every_caller_in_it_and_the_next_batch_runs():
+    calls = {"n": 0}
+
+    async def runner(batch: list[Pending]) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ConnectionError("Triton down")
+        for p in batch:
+            p.future.set_result("ok")
+
+    async def main() -> tuple:
+        batcher = Batcher(runner, max_rows=64, max_in_flight=1)
+        first = await asyncio.gather(batcher.submit([{}], [{}]), return_exceptions=True)
+        second = await batcher.submit([{}], [{}])
+        return first, second
+
+    first, second = run(main())
+    assert isinstance(first[0], ConnectionError)
+    assert second == "ok"
+
+
+def test_a_cancelled_caller_is_skipped():
+    served: list[int] = []
+
+    async def runner(batch: list[Pending]) -> None:
+        served.extend(p.entity_rows[0]["user_id"] for p in batch)
+        await asyncio.sleep(0.01)
+        for p in batch:
+            if not p.future.done():
+                p.future.set_result(None)
+
+    async def main() -> None:
+        batcher = Batcher(runner, max_rows=64, max_in_flight=1)
+        first = asyncio.create_task(batcher.submit([{"user_id": 1}], [{}]))
+        await asyncio.sleep(0)
+        gone = asyncio.create_task(batcher.submit([{"user_id": 2}], [{}]))
+        await asyncio.sleep(0)
+        gone.cancel()
+        await first
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+
+    run(main())
+    assert served == [1]
