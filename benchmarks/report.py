@@ -85,16 +85,25 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def to_markdown(report: dict[str, Any]) -> str:
     """The results as markdown: what README.md includes and what ``make bench`` prints."""
-    m, s = report["machine"], report["settings"]
+    m = report["machine"]
     lines = [
         f"# Benchmark results ({report['timestamp']})",
         "",
         f"Machine: {m['cpu']}, {m['cores_usable']} cores, Python {m['python']}, Triton {m['triton']} "
-        f"(embedded, CPU; onnxruntime via the Python-backend shim). Model: {s['model']}.",
-        "",
-        "## (a) One row per call: native model in-process vs Triton at concurrency 1 (gRPC)",
+        "(embedded, CPU; onnxruntime via the Python-backend shim)."
+        + (f" Model: {report['settings']['model']}." if "settings" in report else ""),
         "",
     ]
+    if "triton" in report:
+        lines += _triton_markdown(report)
+    if "gateway" in report:
+        lines += gateway_markdown(report["gateway"])
+    return "\n".join(lines)
+
+
+def _triton_markdown(report: dict[str, Any]) -> list[str]:
+    s = report["settings"]
+    lines = ["## (a) One row per call: native model in-process vs Triton at concurrency 1 (gRPC)", ""]
     rows = [
         [r["mode"], _ms(r["p50_ms"]), _ms(r["p99_ms"]), f"{r['throughput_per_s']:,.0f}"]
         for r in report["per_row"]
@@ -139,7 +148,125 @@ def to_markdown(report: dict[str, Any]) -> str:
         rows,
     )
     lines += ["", *(f"- {n}" for n in report["notes"]), ""]
-    return "\n".join(lines)
+    return lines
+
+
+_PATHS = {"triton": "direct Triton gRPC (assembled row)", "http": "gateway HTTP", "grpc": "gateway gRPC"}
+
+
+def _opt_ms(x: float | None) -> str:
+    return "" if x is None else _ms(x)
+
+
+def gateway_markdown(g: dict[str, Any]) -> list[str]:
+    """(c): the gateway against direct Triton, the feature read alone, where the time goes."""
+    s, aim = g["settings"], g["settings"]["aim"]
+    lines = [
+        "## (c) Gateway vs direct Triton, same rows, one row per request",
+        "",
+        f"Model: {s['model']}; {s['rows']} entity rows with fresh online features (SQLite online store). "
+        f"Each point: {s['rounds']} windows of {s['duration_s'] / s['rounds']:g} s after {s['warmup_s']:g} s "
+        "warm-up, the three paths alternated A B C C B A. Δ = gateway − direct at the same concurrency.",
+        "",
+    ]
+    cmp = {(c["mode"], c["concurrency"]): c for c in g["comparison"]}
+    rows = []
+    for p in g["points"]:
+        c = cmp.get((p["mode"], p["concurrency"]), {})
+        rows.append(
+            [
+                _PATHS[p["mode"]],
+                str(p["concurrency"]),
+                f"{p['throughput_per_s']:,.0f}",
+                _ms(p["p50_ms"]),
+                _ms(p["p99_ms"]),
+                f"{c['p50_overhead_ms']:+.2f}" if c else "",
+                f"{c['p99_overhead_ms']:+.2f}" if c else "",
+                f"{c['throughput_ratio']:.2f}×" if c else "",
+                str(p["errors"]),
+                f"{p['client_cores']:.1f} / {p['gateway_cores']:.1f} / {p['triton_cores']:.1f} / "
+                f"{p['other_cores']:.1f}",
+                c.get("verdict", ""),
+            ]
+        )
+    lines += _table(
+        [
+            "path",
+            "concurrency",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "Δp50 ms",
+            "Δp99 ms",
+            "gateway/direct req/s",
+            "errors",
+            "cores: client / gateway / Triton / other",
+            f"aim at {aim['concurrency']}",
+        ],
+        rows,
+    )
+    lines += [
+        "",
+        f"Aim (issue 3): at concurrency {aim['concurrency']} the gateway adds at most {aim['p50_ms']:g} ms "
+        f"at p50 and {aim['p99_ms']:g} ms at p99, and keeps at least {aim['throughput_ratio']:g}× direct "
+        "Triton's throughput.",
+        "",
+        "### Feature fetch alone, and the gateway's own histograms",
+        "",
+    ]
+    lines += _table(
+        ["Feast online read, 1 row, one thread, no server running", "p50 ms", "p99 ms", "mean ms", "reads/s"],
+        [
+            [
+                r["what"],
+                _ms(r["p50_ms"]),
+                _ms(r["p99_ms"]),
+                _ms(r["mean_ms"]),
+                f"{r['throughput_per_s']:,.0f}",
+            ]
+            for r in g["feature_read"]
+        ],
+    )
+    lines.append("")
+    rows = []
+    for p in g["points"]:
+        if p["mode"] == "triton" or p.get("gateway_request_ms") is None:
+            continue
+        parts = (p["gateway_request_ms"], p["feature_fetch_ms"], p["triton_call_ms"])
+        rest = parts[0] - parts[1] - parts[2] if None not in parts else None
+        rows.append(
+            [_PATHS[p["mode"]], str(p["concurrency"]), _ms(p["mean_ms"]), *map(_opt_ms, parts), _opt_ms(rest)]
+        )
+    lines += _table(
+        [
+            "path",
+            "concurrency",
+            "client mean ms",
+            "gateway request ms",
+            "feature fetch ms",
+            "Triton call ms",
+            "rest ms",
+        ],
+        rows,
+    )
+    lines += ["", "### Where the gateway's time goes (py-spy)", ""]
+    if not g["profiles"]:
+        lines += [f"- {g['profile_note']}", ""]
+    for p in g["profiles"]:
+        lines += [
+            f"{p['load']}: {p['throughput_per_s']:,.0f} req/s, p50 {_ms(p['p50_ms'])} ms under the profiler; "
+            f"the gateway used {p['gateway_cores']:.2f} cores, held the GIL {p['gil_busy']:.0%} of the time "
+            f"({g['profile_note']}; full list in `{g['profile_file']}`).",
+            "",
+        ]
+        lines += _table(
+            ["stage (first match on the stack)", "share of GIL samples", "GIL µs / request"],
+            [[r["name"], f"{r['share']:.0%}", f"{r['gil_us_per_request']:.0f}"] for r in p["stages"]],
+        )
+        top = ", ".join(f"`{f['name']}` {f['share']:.0%}" for f in p["top_own"][:6])
+        lines += ["", f"Most own time: {top}.", ""]
+    lines += [*(f"- {n}" for n in g["notes"]), ""]
+    return lines
 
 
 def _rounded(value: Any) -> Any:

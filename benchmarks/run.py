@@ -10,10 +10,12 @@ What it does, start to finish, in a throwaway MLflow registry and model reposito
 4. starts the real ``tritonserver``, checks both models answer like the native one, then
    (b) drives each model with a closed-loop gRPC client in a separate process at each
    concurrency, alternating the two models (A B B A) so drift and noise hit both equally;
-5. prints a markdown table and writes ``benchmarks/results/<UTC timestamp>.json`` and
-   ``benchmarks/results/latest.md``.
+5. (c) the gateway against direct Triton on the same rows, the Feast read alone, and a profile
+   of the gateway's request path (``gateway_bench.py``);
+6. prints a markdown table and writes ``benchmarks/results/<UTC timestamp>.json`` and
+   ``benchmarks/results/latest.md`` (and ``gateway-profile.txt``).
 
-Run: ``make bench`` or ``.venv/bin/python benchmarks/run.py [--duration 6 ...]``.
+Run: ``make bench`` or ``.venv/bin/python benchmarks/run.py [--duration 6 --only gateway ...]``.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import loadgen, report  # noqa: E402
+from benchmarks import gateway_bench, loadgen, report  # noqa: E402
 
 _VERSIONED = ("mlflow", "scikit-learn", "onnxruntime", "tritonclient", "grpcio", "numpy")
 MODEL = "fraud"
@@ -59,6 +61,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--native-seconds", type=float, default=3.0, help="measured seconds per native path")
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "benchmarks" / "results")
+    parser.add_argument("--only", choices=("triton", "gateway"), help="run one part: (a)+(b), or (c)")
+    gateway_bench.add_arguments(parser)
     args = parser.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     if args.rounds < 1 or args.duration <= 0 or min(args.concurrency) < 1:
@@ -254,7 +258,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = f" ({exc.hint})" if exc.hint else ""
         print(f"bench: error: {exc.message}{hint}", file=sys.stderr)
         return exc.exit_code
-    except BenchError as exc:
+    except (BenchError, gateway_bench.GatewayBenchError) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1
 
@@ -264,38 +268,58 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     from builder.runtime.install import install_runtime
     from builder.runtime.paths import default_runtime_dir
-    from builder.runtime.server import TritonServer
-    from tests import models
 
     warn_if_busy()
     runtime = install_runtime(default_runtime_dir(), log=say)  # idempotent: a stamp check when done
+    result: dict[str, Any] = {"timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         root = Path(tmp)
         use_throwaway_registry(root)
-        say("training and registering fraud@champion")
-        registered = models.sklearn_classifier(MODEL)
-        say(f"exporting {BATCH} and {NOBATCH}")
-        repo = root / "model_repo"
-        export_both(repo, args)
-        native = measure_native(registered, args)
+        if args.only != "gateway":
+            result.update(run_triton(args, runtime, root))
+        if args.only != "triton":
+            result["gateway"] = gateway_bench.run(args, runtime, root / "gateway", say)
+    version = result.pop("triton_version", None) or result["gateway"]["triton_version"]
+    result["machine"] = report.machine_info(version)
+    result["versions"] = {pkg: metadata.version(pkg) for pkg in _VERSIONED}
+    if "triton" in result:
+        result["notes"] = notes(result["triton"], args, result["machine"]["cores_usable"])
+    result["run_seconds"] = round(time.monotonic() - started, 1)
+    json_path, md_path = report.write_results(result, args.results_dir)
+    print(report.to_markdown(result))
+    say(f"wrote {json_path} and {md_path} in {result['run_seconds']:.0f} s")
+    return 0
 
-        server = TritonServer(
-            repo,
-            runtime=runtime,
-            model_control_mode="explicit",
-            load_models=[BATCH, NOBATCH],
-            log_path=root / "tritonserver.log",
-        )
-        say("starting tritonserver")
-        server.start(timeout=180)
-        try:
-            assert server.pid is not None
-            check_answers(server.grpc_url, registered)
-            version = triton_version(server.grpc_url)
-            # The server runs in its own session: its pid is the group of server + stubs.
-            points = measure_triton(server.grpc_url, server.pid, registered, args)
-        finally:
-            server.stop()
+
+def run_triton(args: argparse.Namespace, runtime: Any, root: Path) -> dict[str, Any]:
+    """(a) and (b): the registry model in-process and the two exports on the embedded Triton."""
+    from builder.runtime.server import TritonServer
+    from tests import models
+
+    say("training and registering fraud@champion")
+    registered = models.sklearn_classifier(MODEL)
+    say(f"exporting {BATCH} and {NOBATCH}")
+    repo = root / "model_repo"
+    export_both(repo, args)
+    native = measure_native(registered, args)
+
+    server = TritonServer(
+        repo,
+        runtime=runtime,
+        model_control_mode="explicit",
+        load_models=[BATCH, NOBATCH],
+        log_path=root / "tritonserver.log",
+    )
+    say("starting tritonserver")
+    server.start(timeout=180)
+    try:
+        assert server.pid is not None
+        check_answers(server.grpc_url, registered)
+        version = triton_version(server.grpc_url)
+        # The server runs in its own session: its pid is the group of server + stubs.
+        points = measure_triton(server.grpc_url, server.pid, registered, args)
+    finally:
+        server.stop()
 
     by_key = {(p["model"], p["concurrency"]): p for p in points}
     per_row = native + [
@@ -303,11 +327,8 @@ def run(args: argparse.Namespace) -> int:
         for name in (BATCH, NOBATCH)
         if (name, 1) in by_key
     ]
-    machine = report.machine_info(version)
-    result: dict[str, Any] = {
-        "timestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine,
-        "versions": {pkg: metadata.version(pkg) for pkg in _VERSIONED},
+    return {
+        "triton_version": version,
         "settings": {
             "model": "GradientBoosting (20 trees, depth 3) in a StandardScaler Pipeline, 5 FP32 features",
             "max_batch_size": args.max_batch_size,
@@ -325,13 +346,7 @@ def run(args: argparse.Namespace) -> int:
         "batching_ratio": [
             batching_ratio(by_key[(BATCH, c)], by_key[(NOBATCH, c)]) for c in args.concurrency
         ],
-        "notes": notes(points, args, machine["cores_usable"]),
     }
-    result["run_seconds"] = round(time.monotonic() - started, 1)
-    json_path, md_path = report.write_results(result, args.results_dir)
-    print(report.to_markdown(result))
-    say(f"wrote {json_path} and {md_path} in {result['run_seconds']:.0f} s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,465 @@
+"""(c) The gateway against direct Triton, on the same rows; the feature read alone; a profile.
+
+Builds the stack the gateway tests build (tests/gateway/conftest.py), in a temporary folder:
+a copy of ``feature_repo/`` with generated data (``feast apply`` + materialize) → the
+``fraud-detector`` model trained from its historical features and registered → exported with its
+ensemble → the embedded Triton → ``gateway serve`` as a subprocess (``tests.servers``). Then:
+
+1. picks rows whose user and merchant both have fresh online features (others answer 404);
+2. times the Feast online read alone, in-process (``get_online_features`` for ``fraud_v1``);
+3. checks that direct Triton, the gateway's HTTP and its gRPC give the same scores on those rows;
+4. at each concurrency drives direct Triton gRPC (the assembled row to the ensemble), gateway HTTP
+   and gateway gRPC, alternated A B C C B A, in a separate client process (gateway_loadgen.py),
+   reading the gateway's ``/metrics`` histograms at the window edges;
+5. profiles the gateway with py-spy under a steady HTTP and gRPC load, when py-spy is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks import gateway_profile, report
+from benchmarks.gateway_loadgen import MODES, Target, Window, measure, metric_key
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MODEL = "fraud-detector"
+ENSEMBLE = f"{MODEL}_ensemble"
+AIM = {"concurrency": 16, "p50_ms": 1.0, "p99_ms": 3.0, "throughput_ratio": 0.5}
+VERSIONED = ("feast", "fastapi", "uvicorn", "grpcio", "aiohttp", "py-spy")
+PROFILE_RATE_HZ = 100
+
+
+class GatewayBenchError(Exception):
+    """A reason not to report gateway numbers (a wrong answer, a gateway that did not start)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rows", type=int, default=64, help="distinct entity rows the gateway load cycles")
+    parser.add_argument("--feature-seconds", type=float, default=2.0, help="seconds per Feast read timing")
+    parser.add_argument(
+        "--profile-seconds", type=int, default=5, help="py-spy seconds per transport, 0: none"
+    )
+    parser.add_argument("--profile-concurrency", type=int, default=16)
+
+
+def build_stack(root: Path, say: Callable[[str], None]) -> tuple[Any, Any, Path]:
+    """Feature store (copied repo, generated data) → trained + registered model → exported repo."""
+    import mlflow
+
+    from builder.export import ExportRequest, export_model
+    from demo.train import prepare_feature_store, train_and_register
+
+    say("gateway: generating feature data, feast apply, materialize (SQLite online store)")
+    repo = root / "feature_repo"
+    shutil.copytree(REPO_ROOT / "feature_repo", repo, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    store = prepare_feature_store(repo)
+    say(f"gateway: training {MODEL} from historical features, registering, exporting with its ensemble")
+    experiment = mlflow.get_experiment_by_name("bench")  # run.py's throwaway registry
+    assert experiment is not None
+    trained = train_and_register(store, MODEL, experiment.experiment_id, n_estimators=20)
+    model_repo = root / "model_repo"
+    export_model(ExportRequest(f"models:/{MODEL}@champion", model_repo, ensemble=True))
+    return store, trained, model_repo
+
+
+def pick_rows(store: Any, columns: list[str], n: int) -> tuple[list[dict[str, Any]], np.ndarray]:
+    """``n`` transactions whose user and merchant both have every online feature, as gateway rows
+    (entity keys + request fields) and as the assembled model input (training column order)."""
+    from demo.train import ENTITY_KEYS, REQUEST_FIELDS
+    from feature_repo.store import SERVICE, load_transactions
+
+    tx = load_transactions(store).drop_duplicates(ENTITY_KEYS).sample(frac=1.0, random_state=0)
+    tx = tx.head(8 * n)
+    keys = [{k: int(r[k]) for k in ENTITY_KEYS} for r in tx.to_dict("records")]
+    online = store.get_online_features(
+        features=store.get_feature_service(SERVICE), entity_rows=keys
+    ).to_dict()
+    features = [c for c in columns if c not in REQUEST_FIELDS]
+    rows: list[dict[str, Any]] = []
+    x: list[list[float]] = []
+    for i, r in enumerate(tx.to_dict("records")):
+        if len(rows) == n:
+            break
+        if all(online[f][i] is not None for f in features):
+            rows.append({**keys[i], "amount": float(r["amount"]), "hour": int(r["hour"])})
+            x.append([rows[-1][c] if c in REQUEST_FIELDS else online[c][i] for c in columns])
+    if len(rows) < min(n, 8):
+        raise GatewayBenchError(f"only {len(rows)} of {len(keys)} sampled entities have online features")
+    return rows, np.asarray(x, dtype=np.float32)
+
+
+def time_feature_read(store: Any, rows: list[dict[str, Any]], seconds: float) -> list[dict[str, Any]]:
+    """The Feast in-process online read for one row, back to back on this thread: the call alone,
+    and with ``to_dict(include_event_timestamps=True)`` as gateway/features.py does it."""
+    from feature_repo.store import SERVICE
+
+    service = store.get_feature_service(SERVICE)
+    keys = [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in rows]
+
+    def read(key: dict[str, int]) -> Any:
+        return store.get_online_features(features=service, entity_rows=[key])
+
+    def read_dict(key: dict[str, int]) -> Any:
+        return read(key).to_dict(include_event_timestamps=True)
+
+    results = []
+    for what, call in (
+        ("Feast get_online_features (fraud_v1, 1 row), in-process", read),
+        ("... + to_dict(include_event_timestamps=True), as the gateway reads", read_dict),
+    ):
+        for key in keys[:8]:  # warm-up
+            call(key)
+        latencies, end, i = [], time.perf_counter() + seconds, 0
+        while time.perf_counter() < end:
+            t0 = time.perf_counter_ns()
+            call(keys[i % len(keys)])
+            latencies.append(time.perf_counter_ns() - t0)
+            i += 1
+        results.append({"what": what, **report.latency_summary(np.asarray(latencies), seconds)})
+    return results
+
+
+@contextmanager
+def gateway(workdir: Path, triton_url: str, feature_repo: Path) -> Iterator[Any]:
+    """``gateway serve`` as the tests start it, on free ports; stopped (SIGINT, then SIGKILL) on exit."""
+    import pytest
+
+    from tests import servers
+
+    env = {
+        "GATEWAY_TRITON_URL": triton_url,
+        "GATEWAY_FEATURE_REPO": str(feature_repo),
+        "GATEWAY_MODELS": f'["{MODEL}"]',
+        "GATEWAY_LOG_LEVEL": "warning",
+        "PYTHONPATH": str(REPO_ROOT),  # feature_repo is imported from the checkout, whatever the cwd
+    }
+    # Importing Feast here set these (feast/metrics.py); inherited, they would switch the gateway's
+    # prometheus_client to its slower multiprocess (mmap) values, which a user's gateway does not use.
+    for var in ("PROMETHEUS_MULTIPROC_DIR", "PROMETHEUS_MULTIPROCESS_DIR"):
+        os.environ.pop(var, None)
+    try:
+        with servers.gateway_process(workdir, env) as gw:
+            yield gw
+    except pytest.fail.Exception as exc:  # how tests.servers reports a gateway that did not start
+        raise GatewayBenchError(f"the gateway did not start: {str(exc)[:2000]}") from None
+
+
+def check_answers(target: Target, rows: list[dict[str, Any]], x: np.ndarray) -> None:
+    """Refuse to time paths that disagree: direct Triton, gateway HTTP and gRPC, same scores."""
+    import grpc
+    import requests
+    import tritonclient.grpc as grpcclient
+
+    from gateway.proto import gateway_pb2_grpc
+    from gateway.proto.gateway_pb2 import PredictRequest, Row, Value
+
+    client = grpcclient.InferenceServerClient(target.triton_url)
+    try:
+        inp = grpcclient.InferInput("input", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        direct = client.infer(target.ensemble, [inp], client_timeout=10).as_numpy("score")[:, 0]
+    finally:
+        client.close()
+    resp = requests.post(
+        f"http://{target.gateway_http}/v1/models/{MODEL}/predict", json={"rows": rows}, timeout=10
+    )
+    if resp.status_code != 200:
+        raise GatewayBenchError(f"gateway HTTP answered {resp.status_code}: {resp.text[:300]}")
+    http = np.array([p["score"] for p in resp.json()["predictions"]])
+    request = PredictRequest(
+        model=MODEL,
+        rows=[
+            Row(
+                fields={
+                    k: Value(int_value=v) if isinstance(v, int) else Value(double_value=v)
+                    for k, v in r.items()
+                }
+            )
+            for r in rows
+        ],
+    )
+    with grpc.insecure_channel(target.gateway_grpc) as channel:
+        reply = gateway_pb2_grpc.GatewayStub(channel).Predict(request, timeout=10)
+    grpc_scores = np.array([p.score for p in reply.predictions])
+    for name, got in (("HTTP", http), ("gRPC", grpc_scores)):
+        error = float(np.abs(got - direct).max())
+        if not error <= 1e-6:  # also catches NaN
+            raise GatewayBenchError(f"gateway {name} disagrees with direct Triton: max abs error {error:.2g}")
+
+
+def _mean_ms(metrics: dict[str, float], name: str, **labels: str) -> float | None:
+    count = metrics.get(metric_key(f"{name}_count", **labels), 0.0)
+    return metrics[metric_key(f"{name}_sum", **labels)] / count * 1e3 if count else None
+
+
+def point(windows: list[Window]) -> dict[str, Any]:
+    """One (path, concurrency) point from its windows, with the gateway's own means per request."""
+    first, seconds = windows[0], sum(w.seconds for w in windows)
+    latencies = np.concatenate([w.latencies_ns for w in windows])
+    if len(latencies) == 0:
+        raise GatewayBenchError(f"{first.mode} at concurrency {first.concurrency}: no request succeeded")
+    metrics: dict[str, float] = {}
+    for w in windows:
+        for key, value in w.metrics.items():
+            metrics[key] = metrics.get(key, 0.0) + value
+    machine = sum(w.machine_cpu_s - w.client_cpu_s - w.gateway_cpu_s - w.triton_cpu_s for w in windows)
+    out: dict[str, Any] = {
+        "mode": first.mode,
+        "concurrency": first.concurrency,
+        "seconds": seconds,
+        **report.latency_summary(latencies, seconds),
+        "errors": sum(w.errors for w in windows),
+        "client_cores": sum(w.client_cpu_s for w in windows) / seconds,
+        "gateway_cores": sum(w.gateway_cpu_s for w in windows) / seconds,
+        "triton_cores": sum(w.triton_cpu_s for w in windows) / seconds,
+        "other_cores": max(0.0, machine) / seconds,
+    }
+    route = {"http": ("predict", "200"), "grpc": ("grpc_predict", "OK")}.get(first.mode)
+    if route is not None:
+        out["gateway_request_ms"] = _mean_ms(
+            metrics, "gateway_request_seconds", route=route[0], model=MODEL, status=route[1]
+        )
+        out["feature_fetch_ms"] = _mean_ms(metrics, "gateway_feature_fetch_seconds", model=MODEL)
+        out["triton_call_ms"] = _mean_ms(metrics, "gateway_triton_seconds", model=MODEL)
+    return out
+
+
+def compare(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Gateway − direct at p50/p99 and gateway/direct throughput, per transport and concurrency;
+    the verdict against the issue's aim where the concurrency is the aim's."""
+    direct = {p["concurrency"]: p for p in points if p["mode"] == "triton"}
+    rows = []
+    for p in points:
+        if p["mode"] == "triton":
+            continue
+        d = direct[p["concurrency"]]
+        row = {
+            "mode": p["mode"],
+            "concurrency": p["concurrency"],
+            "p50_overhead_ms": p["p50_ms"] - d["p50_ms"],
+            "p99_overhead_ms": p["p99_ms"] - d["p99_ms"],
+            "throughput_ratio": p["throughput_per_s"] / d["throughput_per_s"],
+        }
+        if p["concurrency"] == AIM["concurrency"]:
+            missed = [
+                what
+                for what, ok in (
+                    (
+                        f"p50 +{row['p50_overhead_ms']:.2f} > {AIM['p50_ms']:g} ms",
+                        row["p50_overhead_ms"] <= AIM["p50_ms"],
+                    ),
+                    (
+                        f"p99 +{row['p99_overhead_ms']:.2f} > {AIM['p99_ms']:g} ms",
+                        row["p99_overhead_ms"] <= AIM["p99_ms"],
+                    ),
+                    (
+                        f"{row['throughput_ratio']:.2f}× < {AIM['throughput_ratio']:g}× req/s",
+                        row["throughput_ratio"] >= AIM["throughput_ratio"],
+                    ),
+                )
+                if not ok
+            ]
+            row["verdict"] = "meets the aim" if not missed else "misses: " + "; ".join(missed)
+        rows.append(row)
+    return rows
+
+
+def measure_points(
+    pool: ProcessPoolExecutor,
+    target: Target,
+    rows: list[dict[str, Any]],
+    x: np.ndarray,
+    args: argparse.Namespace,
+    say: Callable[[str], None],
+) -> list[dict[str, Any]]:
+    window = args.duration / args.rounds
+    windows: dict[tuple[str, int], list[Window]] = {}
+    for c in args.concurrency:
+        for r in range(args.rounds):
+            for mode in MODES if r % 2 == 0 else MODES[::-1]:
+                say(f"gateway: {mode} at concurrency {c}, window {r + 1}/{args.rounds}")
+                job = pool.submit(measure, mode, target, rows, x, c, args.warmup, window)
+                windows.setdefault((mode, c), []).append(job.result())
+    return [point(windows[(mode, c)]) for c in args.concurrency for mode in MODES]
+
+
+def profile(
+    pool: ProcessPoolExecutor,
+    target: Target,
+    gateway_pid: int,
+    rows: list[dict[str, Any]],
+    x: np.ndarray,
+    args: argparse.Namespace,
+    out_dir: Path,
+    say: Callable[[str], None],
+) -> tuple[list[dict[str, Any]], str]:
+    """py-spy on the gateway under a steady load of each transport; ([] , why) when it cannot run."""
+    binary = gateway_profile.py_spy()
+    if args.profile_seconds <= 0:
+        return [], "profile skipped (--profile-seconds 0)"
+    if binary is None:
+        return [], "profile skipped: py-spy is not installed (pip install py-spy==0.4.3)"
+    profiles = []
+    for mode in ("http", "grpc"):
+        c, seconds = args.profile_concurrency, args.profile_seconds
+        say(f"gateway: profiling the gateway under {mode} load at concurrency {c} for {seconds} s")
+        job = pool.submit(measure, mode, target, rows, x, c, 1.0, seconds + 1.0)
+        time.sleep(1.5)  # the client is past its warm-up: the window brackets the sampling
+        raw = out_dir / f"py-spy-{mode}.txt"
+        try:
+            gateway_profile.record(binary, gateway_pid, seconds, raw, PROFILE_RATE_HZ)
+        except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:  # e.g. ptrace not permitted
+            job.result()
+            return [], f"profile skipped: py-spy failed ({exc})"
+        p = point([job.result()])
+        summary = gateway_profile.summarize(
+            raw.read_text(), PROFILE_RATE_HZ, seconds, round(p["throughput_per_s"] * seconds)
+        )
+        load = f"gateway {mode.upper()}, {c} closed-loop clients, one row per request"
+        profiles.append(
+            {
+                "load": load,
+                "mode": mode,
+                "concurrency": c,
+                **summary,
+                **{k: p[k] for k in ("throughput_per_s", "p50_ms", "p99_ms")},
+                "gateway_cores": p["gateway_cores"],
+            }
+        )
+    return profiles, f"py-spy {metadata.version('py-spy')}, {PROFILE_RATE_HZ} Hz, --gil --nonblocking"
+
+
+def triton_version(url: str) -> str:
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        return str(client.get_server_metadata(client_timeout=10).version)
+    finally:
+        client.close()
+
+
+def _version(pkg: str) -> str | None:
+    try:
+        return metadata.version(pkg)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def notes(points: list[dict[str, Any]], profiles: list[dict[str, Any]], cores: int) -> list[str]:
+    """What a reader needs to read section (c) right; the CPU figures are measured."""
+
+    def busy(p: dict[str, Any]) -> float:
+        return p["client_cores"] + p["gateway_cores"] + p["triton_cores"] + p["other_cores"]
+
+    top = max((p for p in points if p["mode"] != "triton"), key=lambda p: p["gateway_cores"])
+    direct = max((p for p in points if p["mode"] == "triton"), key=busy)
+    limit = (
+        "the CPUs were saturated, so every process's share came out of the others'."
+        if busy(top) >= 0.9 * cores
+        else "the limit was the gateway's one Python process, not the machine."
+    )
+    out = [
+        f"Client, gateway and Triton share this machine's {cores} cores (columns 'cores', from /proc over "
+        f"each window). The gateway, one Python process, peaked at {top['gateway_cores']:.2f} cores "
+        f"({top['mode']} at concurrency {top['concurrency']}) with {busy(top):.1f} of {cores} cores busy in "
+        f"all: {limit} Direct Triton at concurrency {direct['concurrency']} had {busy(direct):.1f} cores "
+        f"busy, {direct['client_cores']:.2f} of them its client's: where that saturates, the direct rate is "
+        "understated and the gateway/direct ratio flattered, not hurt.",
+        "Same rows on every path: entities with fresh online features; direct Triton gets the row the "
+        "gateway would assemble. Each client decodes the score from the answer. Closed loop, one row per "
+        "request, latency client-side (perf_counter_ns).",
+        "Gateway request / feature fetch / Triton call are the gateway's own histograms (/metrics), means "
+        "per request from _sum/_count deltas over the measured windows; 'rest' = request − fetch − Triton "
+        "(validation, input assembly, result building, metrics inside the handler); client mean − gateway "
+        "request is time outside the handler: transport, server queueing, client.",
+        "The Feast read alone runs in the benchmark's process on one thread before any server starts.",
+    ]
+    measured = {(p["mode"], p["concurrency"]): p["throughput_per_s"] for p in points}
+    for p in profiles:
+        key = (p["mode"], p["concurrency"])
+        if key in measured:
+            out.append(
+                f"Under the profiler gateway {p['mode']} at {p['concurrency']} clients ran "
+                f"{p['throughput_per_s'] / measured[key]:.0%} of its unprofiled rate."
+            )
+    return out
+
+
+def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """Everything in the module docstring; returns the ``gateway`` part of the results."""
+    from builder.runtime.server import TritonServer
+
+    root.mkdir(parents=True, exist_ok=True)
+    store, trained, model_repo = build_stack(root, say)
+    rows, x = pick_rows(store, trained.columns, args.rows)
+    say(f"gateway: {len(rows)} rows with online features; timing the Feast read alone")
+    feature_read = time_feature_read(store, rows, args.feature_seconds)
+    server = TritonServer(
+        model_repo,
+        runtime=runtime,
+        model_control_mode="explicit",
+        load_models=[p.name for p in model_repo.iterdir() if p.is_dir()],
+        log_path=root / "tritonserver.log",
+    )
+    say("gateway: starting tritonserver and gateway serve")
+    server.start(timeout=180)
+    try:
+        assert server.pid is not None
+        with gateway(root, server.grpc_url, root / "feature_repo") as gw:
+            target = Target(server.grpc_url, ENSEMBLE, gw.http, gw.grpc, MODEL, server.pid, gw.proc.pid)
+            check_answers(target, rows, x)
+            # spawn, not fork: the client must not inherit MLflow, Feast or their threads.
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                points = measure_points(pool, target, rows, x, args, say)
+                profiles, profile_note = profile(pool, target, gw.proc.pid, rows, x, args, root, say)
+            version = triton_version(server.grpc_url)
+    finally:
+        server.stop()
+    profile_file = None
+    if profiles:
+        profile_file = args.results_dir / "gateway-profile.txt"
+        args.results_dir.mkdir(parents=True, exist_ok=True)
+        tmp = profile_file.with_name(profile_file.name + ".tmp")  # *.tmp is git-ignored
+        tmp.write_text(f"Gateway request path, {profile_note}\n\n" + gateway_profile.to_text(profiles))
+        tmp.replace(profile_file)
+    return {
+        "triton_version": version,
+        "settings": {
+            "model": f"{MODEL} (GradientBoosting, 20 trees, depth 3) behind {ENSEMBLE} "
+            "(preprocess → model → postprocess, Python backend)",
+            "features": trained.columns,
+            "rows": len(rows),
+            "concurrency": args.concurrency,
+            "duration_s": args.duration,
+            "rounds": args.rounds,
+            "warmup_s": args.warmup,
+            "feature_seconds": args.feature_seconds,
+            "online_store": "sqlite",
+            "load_generator": "benchmarks/gateway_loadgen.py (tritonclient.grpc.aio / aiohttp / grpc.aio, "
+            "closed loop, own process)",
+            "aim": AIM,
+        },
+        "versions": {pkg: _version(pkg) for pkg in VERSIONED},
+        "feature_read": feature_read,
+        "points": points,
+        "comparison": compare(points),
+        "profiles": profiles,
+        "profile_note": profile_note,
+        "profile_file": os.path.relpath(profile_file, REPO_ROOT) if profile_file else None,
+        "notes": notes(points, profiles, len(os.sched_getaffinity(0))),
+    }

@@ -1,0 +1,232 @@
+"""Closed-loop load for the gateway benchmark: direct Triton gRPC, gateway HTTP, gateway gRPC.
+
+One harness drives all three paths, so they differ only in the request each client sends:
+
+- ``triton``: ``tritonclient.grpc.aio`` to the ensemble, with the feature row already assembled
+  (what a caller that had the features itself would send);
+- ``http``: ``POST /v1/models/{model}/predict`` with one row (entity keys + request fields), aiohttp,
+  one keep-alive connection per client;
+- ``grpc``: the gateway's ``Predict`` (gateway/proto), one row, one HTTP/2 channel for all clients.
+
+Each client decodes the score from the answer, as a real caller would. Like ``loadgen.py`` it runs in
+a process of its own, and reports the CPU it, the gateway, Triton and everyone else used in the
+window, plus the deltas of the gateway's own histograms (``/metrics``) over the same window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from benchmarks.loadgen import group_cpu_seconds, machine_cpu_seconds
+
+_TIMEOUT_S = 10.0  # every call has a deadline; a stuck server shows up as errors, not a hang
+MODES = ("triton", "http", "grpc")
+OUTPUTS = ("probabilities", "score", "label")  # what the gateway asks the ensemble for
+
+
+@dataclass(frozen=True)
+class Target:
+    triton_url: str  # Triton gRPC host:port
+    ensemble: str  # the Triton model the gateway calls
+    gateway_http: str  # host:port
+    gateway_grpc: str
+    model: str  # the gateway's model name
+    triton_pgid: int
+    gateway_pgid: int
+
+
+@dataclass
+class Window:
+    mode: str
+    concurrency: int
+    seconds: float
+    latencies_ns: np.ndarray  # successful requests completed inside the window, client-side
+    errors: int  # failed requests completed inside the window
+    client_cpu_s: float
+    gateway_cpu_s: float
+    triton_cpu_s: float  # server + Python-backend stubs
+    machine_cpu_s: float
+    metrics: dict[str, float]  # gateway_*_sum / _count deltas over the window
+
+
+def measure(
+    mode: str,
+    target: Target,
+    rows: list[dict[str, Any]],
+    x: np.ndarray,
+    concurrency: int,
+    warmup_s: float,
+    seconds: float,
+) -> Window:
+    """``concurrency`` closed-loop clients on ``mode``; rows[i] (gateway) and x[i] (Triton) are
+    the same request. The first ``warmup_s`` are not counted."""
+    return asyncio.run(_measure(mode, target, rows, x, concurrency, warmup_s, seconds))
+
+
+def metric_key(name: str, **labels: str) -> str:
+    """``name{a="1",b="2"}`` with the labels sorted, as :func:`parse_metrics` keys them."""
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """The gateway's histogram totals: ``name_sum{labels}`` / ``name_count{labels}`` -> value."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("gateway_") and ("_sum{" in line or "_count{" in line):
+            series, value = line.rsplit(" ", 1)
+            name, _, labels = series.partition("{")
+            out[name + "{" + ",".join(sorted(labels.rstrip("}").split(","))) + "}"] = float(value)
+    return out
+
+
+async def _caller(
+    mode: str, target: Target, rows: list[dict[str, Any]], x: np.ndarray, stack: AsyncExitStack
+) -> Callable[[int], Awaitable[bool]]:
+    """``call(i)``: send request i, return whether a score came back. Requests are built once."""
+    if mode == "triton":
+        import tritonclient.grpc.aio as aio
+
+        client = aio.InferenceServerClient(target.triton_url)
+        stack.push_async_callback(client.close)
+        inputs = []
+        for row in x:
+            inp = aio.InferInput("input", [1, x.shape[1]], "FP32")
+            inp.set_data_from_numpy(row.reshape(1, -1).astype(np.float32))
+            inputs.append([inp])
+        outputs = [aio.InferRequestedOutput(o) for o in OUTPUTS]
+
+        async def infer(i: int) -> bool:
+            result = await client.infer(
+                target.ensemble, inputs[i], outputs=outputs, client_timeout=_TIMEOUT_S
+            )
+            return result.as_numpy("score") is not None
+
+        return infer
+    if mode == "http":
+        import aiohttp
+
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=_TIMEOUT_S)
+        )
+        stack.push_async_callback(session.close)
+        url = f"http://{target.gateway_http}/v1/models/{target.model}/predict"
+        bodies = [json.dumps(r).encode() for r in rows]
+        headers = {"Content-Type": "application/json"}
+
+        async def post(i: int) -> bool:
+            async with session.post(url, data=bodies[i], headers=headers) as resp:
+                body = await resp.read()
+                return resp.status == 200 and "score" in json.loads(body)["predictions"][0]
+
+        return post
+    if mode == "grpc":
+        import grpc
+
+        from gateway.proto import gateway_pb2, gateway_pb2_grpc
+
+        channel = grpc.aio.insecure_channel(target.gateway_grpc)
+        stack.push_async_callback(channel.close)
+        stub = gateway_pb2_grpc.GatewayStub(channel)
+
+        def value(v: Any) -> Any:
+            return gateway_pb2.Value(int_value=v) if isinstance(v, int) else gateway_pb2.Value(double_value=v)
+
+        requests = [
+            gateway_pb2.PredictRequest(
+                model=target.model, rows=[gateway_pb2.Row(fields={k: value(v) for k, v in r.items()})]
+            )
+            for r in rows
+        ]
+
+        async def predict(i: int) -> bool:
+            reply = await stub.Predict(requests[i], timeout=_TIMEOUT_S)
+            return len(reply.predictions) == 1
+
+        return predict
+    raise ValueError(f"unknown mode {mode!r}; one of {MODES}")
+
+
+async def _measure(
+    mode: str,
+    target: Target,
+    rows: list[dict[str, Any]],
+    x: np.ndarray,
+    concurrency: int,
+    warmup_s: float,
+    seconds: float,
+) -> Window:
+    import aiohttp
+
+    async with AsyncExitStack() as stack:
+        call = await _caller(mode, target, rows, x, stack)
+        scraper = await stack.enter_async_context(aiohttp.ClientSession())
+        metrics_url = f"http://{target.gateway_http}/metrics"
+        start = time.perf_counter_ns()
+        window_start = start + int(warmup_s * 1e9)
+        window_end = window_start + int(seconds * 1e9)
+        latencies: list[int] = []
+        errors = 0
+
+        async def closed_loop(worker: int) -> None:
+            nonlocal errors
+            i = worker
+            while True:
+                t0 = time.perf_counter_ns()
+                if t0 >= window_end:
+                    return
+                try:
+                    ok = await call(i % len(rows))
+                except Exception:  # an error answer (4xx/5xx, RPC error, timeout): counted, not fatal
+                    ok = False
+                t1 = time.perf_counter_ns()
+                if window_start <= t1 <= window_end:
+                    if ok:
+                        latencies.append(t1 - t0)
+                    else:
+                        errors += 1
+                i += concurrency
+
+        async def snapshot() -> tuple[dict[str, float], tuple[float, ...]]:
+            async with scraper.get(metrics_url, timeout=aiohttp.ClientTimeout(total=_TIMEOUT_S)) as resp:
+                totals = parse_metrics(await resp.text())
+            cpu = (
+                time.process_time(),
+                group_cpu_seconds(target.gateway_pgid),
+                group_cpu_seconds(target.triton_pgid),
+                machine_cpu_seconds(),
+            )
+            return totals, cpu
+
+        async def bracket() -> tuple[dict[str, float], tuple[float, ...]]:
+            await asyncio.sleep((window_start - time.perf_counter_ns()) / 1e9)
+            before, cpu_before = await snapshot()
+            await asyncio.sleep(max(0.0, (window_end - time.perf_counter_ns()) / 1e9))
+            after, cpu_after = await snapshot()
+            deltas = {k: v - before.get(k, 0.0) for k, v in after.items()}
+            return deltas, tuple(a - b for a, b in zip(cpu_after, cpu_before, strict=True))
+
+        async with asyncio.TaskGroup() as group:
+            for worker in range(concurrency):
+                group.create_task(closed_loop(worker))
+            edges = group.create_task(bracket())
+    metrics, (client_cpu, gateway_cpu, triton_cpu, machine_cpu) = edges.result()
+    return Window(
+        mode=mode,
+        concurrency=concurrency,
+        seconds=seconds,
+        latencies_ns=np.asarray(latencies, dtype=np.int64),
+        errors=errors,
+        client_cpu_s=client_cpu,
+        gateway_cpu_s=gateway_cpu,
+        triton_cpu_s=triton_cpu,
+        machine_cpu_s=machine_cpu,
+        metrics=metrics,
+    )
