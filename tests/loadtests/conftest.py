@@ -2,9 +2,10 @@
 
 Real parts where they can run here: a model trained on the spot, registered in the session's
 SQLite MLflow registry, exported by ``builder export`` and served by the real embedded Triton
-(started with the project's launcher on free ports). Where a real part cannot run yet, the
-stand-in says so: ``gateway_standin`` speaks the gateway's HTTP contract until ``gateway/`` has
-a server; ``tests/loadtests/fake_kube.py`` stands in for the Kubernetes API server.
+(started with the project's launcher on free ports); the gateway user and a gate run against
+the real gateway live in tests/gateway/. ``gateway_standin.py`` serves only the gate's failure
+paths (a target answering not-ready, a run past the hard timeout); ``fake_kube.py`` stands in
+for the Kubernetes API server, which cannot run here.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.loadtests.gateway_standin import GatewayStandIn
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE_SCRIPT = Path(__file__).resolve().parent / "smoke_user.py"
@@ -57,13 +56,6 @@ def served(mlflow_registry: str, tmp_path_factory: pytest.TempPathFactory) -> It
         yield Served(repo, MODEL, f"http://{server.http_url}", server.grpc_url)
     finally:
         server.stop()
-
-
-@pytest.fixture
-def gateway_standin() -> Iterator[GatewayStandIn]:
-    """The gateway's HTTP contract on a free port (see gateway_standin.py for why)."""
-    with GatewayStandIn() as standin:
-        yield standin
 
 
 def run_cli(

@@ -1,13 +1,10 @@
-"""A stand-in for the gateway's HTTP server, speaking its contract, until ``gateway/`` has one.
+"""A minimal server on the gateway's routes, for the gate's own failure paths only.
 
-The gateway is being written in parallel (issue 3); its contract is fixed: ``POST
-/v1/models/{model}/predict`` with ``{"rows": [{"user_id", "merchant_id", "amount", "hour"}]}``
-answers ``{"model", "version", "predictions": [{"score", "label"}]}``, plus ``/healthz`` and
-``/readyz``. This server checks every request against that contract strictly (field names,
-types, entity-id ranges of the feature repo's generator) and answers 422 otherwise, so the
-GatewayUser smoke test proves the user sends what the real gateway will accept. It computes no
-features and runs no model: it is no substitute for the real gateway in the gate's own tests,
-which run against the real Triton.
+The real gateway (real Feast, real Triton) is what the gateway Locust user and a full gate run
+are tested against (tests/gateway/test_gateway_release_gate.py). This server exists for what
+the real one cannot be made to do on demand: answer ``/readyz`` with 503 while staying up, or
+keep a Locust run alive past the gate's hard timeout. It also checks each request body against
+the gateway's contract, so a payload test can reuse ``contract_problem``.
 """
 
 from __future__ import annotations

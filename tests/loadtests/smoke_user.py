@@ -9,6 +9,7 @@ recorded through ``events.request``, and the user's exception if it died).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Any
 
 
 def main() -> int:
+    # A hung run prints every thread's stack and exits, instead of only timing out in pytest.
+    faulthandler.dump_traceback_later(50, exit=True)
     user_class_name, wanted, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
     locust_args = sys.argv[sys.argv.index("--") + 1 :]
     # run_single_user parses sys.argv with Locust's parser (custom options included).
@@ -52,7 +55,7 @@ def main() -> int:
 
     greenlet = gevent.spawn(run)
     greenlet.link(lambda _: done.set())  # a user that dies must not leave us waiting
-    finished = done.wait(timeout=60)
+    finished = done.wait(timeout=30)
     died = greenlet.dead and greenlet.exception is not None
     greenlet.kill(block=True, timeout=5)
     out.write_text(

@@ -1,0 +1,367 @@
+"""``builder release render|apply|promote|rollback|status``: KServe canary rollouts.
+
+The commands only translate options into ``builder.release`` calls. Manifests and dry-run
+plans go to stdout (YAML, or JSON with ``--json``), progress and tables to stderr, so
+``builder release render ... > isvc.yaml`` and ``... status --json | jq`` work in pipelines.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.markup import escape
+from rich.table import Table
+
+from builder.cli.common import console, emit_json, run_json_aware
+from builder.cli.main import app
+
+release_app = typer.Typer(
+    help="Roll a model version out on KServe: canary, check, promote or roll back.",
+    no_args_is_help=True,
+)
+app.add_typer(release_app, name="release")
+
+NameArg = Annotated[str, typer.Argument(help="InferenceService name")]
+NamespaceOpt = Annotated[str, typer.Option("--namespace", "-n", help="Kubernetes namespace")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="JSON on stdout instead of YAML / a table")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the requests instead of sending them")]
+WaitOpt = Annotated[bool, typer.Option(help="Wait until the revision and traffic have settled")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", min=1, help="Seconds to wait for readiness")]
+KubeconfigOpt = Annotated[
+    Path | None, typer.Option(help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, else in-cluster)")
+]
+ContextOpt = Annotated[str | None, typer.Option(help="kubeconfig context (default: the current one)")]
+CrdOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="KServe InferenceService CRD, file or folder (default: $KSERVE_CRD_DIR, ../shared/data/kserve)"
+    ),
+]
+ModelArg = Annotated[str, typer.Argument(help="Triton model name (the InferenceService name by default)")]
+VersionOpt = Annotated[str, typer.Option("--version", help="The model version this release serves")]
+StorageUriOpt = Annotated[
+    str, typer.Option(help="Model repository KServe downloads: s3://..., gs://..., pvc://claim/path")
+]
+IsvcNameOpt = Annotated[
+    str | None, typer.Option("--name", help="InferenceService name (default: the model name)")
+]
+CanaryOpt = Annotated[
+    int | None,
+    typer.Option(min=0, max=100, help="Traffic share of the new revision; omit for a full rollout"),
+]
+RuntimeOpt = Annotated[
+    str | None, typer.Option(help="ServingRuntime name (default: KServe picks one for format triton)")
+]
+RuntimeVersionOpt = Annotated[str | None, typer.Option(help="Runtime image tag, e.g. 24.10-py3")]
+ProtocolOpt = Annotated[str, typer.Option(help="v2 (HTTP/REST) or grpc-v2")]
+MinReplicasOpt = Annotated[int, typer.Option(min=0, help="Minimum predictor replicas (0: scale to zero)")]
+MaxReplicasOpt = Annotated[int, typer.Option(min=1, help="Maximum predictor replicas")]
+GpusOpt = Annotated[int, typer.Option(min=0, help="nvidia.com/gpu per predictor replica")]
+
+
+def _write(doc: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        emit_json(doc)
+    else:
+        sys.stdout.write(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+
+
+def _crd(explicit: Path | None) -> Path | None:
+    from builder.release.schema import find_crd
+
+    found = find_crd(explicit)
+    if found is None:
+        console.print(
+            "[yellow]note:[/] not checked against KServe's CRD (not found; pass --crd or set KSERVE_CRD_DIR)"
+        )
+    return found
+
+
+def _spec(
+    *,
+    model: str,
+    version: str,
+    storage_uri: str,
+    name: str | None,
+    namespace: str,
+    canary_percent: int | None,
+    runtime: str | None,
+    runtime_version: str | None,
+    protocol: str,
+    min_replicas: int,
+    max_replicas: int,
+    gpus: int,
+) -> Any:
+    from builder.release.manifest import ServiceSpec
+
+    return ServiceSpec(
+        name=name or model,
+        namespace=namespace,
+        model=model,
+        model_version=version,
+        storage_uri=storage_uri,
+        canary_percent=canary_percent,
+        runtime=runtime,
+        runtime_version=runtime_version,
+        protocol=protocol,
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        gpus=gpus,
+    ).check()
+
+
+def _services(namespace: str, kubeconfig: Path | None, context: str | None) -> Any:
+    from builder.release.kube import InferenceServices, connect
+
+    return InferenceServices(connect(kubeconfig, context), namespace)
+
+
+def _status_table(status: Any) -> Table:
+    table = Table(title=f"InferenceService {status.namespace}/{status.name}", title_justify="left")
+    table.add_column("field")
+    table.add_column("value", overflow="fold")  # URLs whole, to copy
+    ready = "[green]True[/]" if status.ready else f"[red]False[/] {escape(status.reason)}"
+    rows = [
+        ("ready", ready),
+        ("storageUri", escape(str(status.storage_uri))),
+        (
+            "canaryTrafficPercent",
+            "(none: full rollout)" if status.canary_percent is None else str(status.canary_percent),
+        ),
+        ("latest created / ready", f"{status.latest_created} / {status.latest_ready}"),
+        ("rolled out (latest / previous)", f"{status.latest_rolled_out} / {status.previous_rolled_out}"),
+        (
+            "traffic",
+            escape(", ".join(f"{t.get('revisionName')} {t.get('percent', 0)}%" for t in status.traffic)),
+        ),
+        ("url", escape(str(status.url))),
+        ("latest- url (canary alone)", escape(str(status.latest_url))),
+        ("prev- url", escape(str(status.prev_url))),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    return table
+
+
+def _report(status: Any, as_json: bool, extra: dict[str, Any] | None = None) -> None:
+    if as_json:
+        emit_json({"ok": True, **(extra or {}), **status.to_json()})
+    else:
+        console.print(_status_table(status))
+
+
+def _waiter(timeout: float) -> Any:
+    last: list[str] = []
+
+    def on_poll(status: Any) -> None:
+        waiting = status.waiting_for(None)
+        if waiting and (not last or last[-1] != waiting):  # one line per change, not per poll
+            console.print(f"[dim]waiting ({timeout:g} s max):[/] {escape(waiting)}")
+            last.append(waiting)
+
+    return on_poll
+
+
+@release_app.command("render")
+def render_cmd(
+    model: ModelArg,
+    version: VersionOpt,
+    storage_uri: StorageUriOpt,
+    name: IsvcNameOpt = None,
+    namespace: NamespaceOpt = "default",
+    canary_percent: CanaryOpt = None,
+    runtime: RuntimeOpt = None,
+    runtime_version: RuntimeVersionOpt = None,
+    protocol: ProtocolOpt = "v2",
+    min_replicas: MinReplicasOpt = 1,
+    max_replicas: MaxReplicasOpt = 3,
+    gpus: GpusOpt = 0,
+    crd: CrdOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Print the InferenceService for a model version (checked against KServe's CRD)."""
+    from builder.release import schema
+    from builder.release.manifest import render
+
+    def go() -> None:
+        spec = _spec(
+            model=model,
+            version=version,
+            storage_uri=storage_uri,
+            name=name,
+            namespace=namespace,
+            canary_percent=canary_percent,
+            runtime=runtime,
+            runtime_version=runtime_version,
+            protocol=protocol,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            gpus=gpus,
+        )
+        manifest = render(spec)
+        schema.check(manifest, _crd(crd))
+        _write(manifest, json_output)
+
+    run_json_aware(json_output, go)
+
+
+@release_app.command("apply")
+def apply_cmd(
+    model: ModelArg,
+    version: VersionOpt,
+    storage_uri: StorageUriOpt,
+    name: IsvcNameOpt = None,
+    namespace: NamespaceOpt = "default",
+    canary_percent: CanaryOpt = None,
+    runtime: RuntimeOpt = None,
+    runtime_version: RuntimeVersionOpt = None,
+    protocol: ProtocolOpt = "v2",
+    min_replicas: MinReplicasOpt = 1,
+    max_replicas: MaxReplicasOpt = 3,
+    gpus: GpusOpt = 0,
+    dry_run: DryRunOpt = False,
+    wait: WaitOpt = True,
+    timeout: TimeoutOpt = 600.0,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    crd: CrdOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Create the InferenceService, or patch the existing one to this version (as a canary
+    with --canary-percent), then wait for the new revision to be ready."""
+    from builder.release import rollout
+    from builder.release.plan import apply_plan
+
+    def go() -> None:
+        spec = _spec(
+            model=model,
+            version=version,
+            storage_uri=storage_uri,
+            name=name,
+            namespace=namespace,
+            canary_percent=canary_percent,
+            runtime=runtime,
+            runtime_version=runtime_version,
+            protocol=protocol,
+            min_replicas=min_replicas,
+            max_replicas=max_replicas,
+            gpus=gpus,
+        )
+        plan = apply_plan(spec, _crd(crd))  # validated, dry run or not
+        if dry_run:
+            _write(plan.to_doc(), json_output)
+            return
+        services = _services(namespace, kubeconfig, context)
+        result = rollout.apply(services, spec)
+        console.print(f"{result.action} InferenceService {namespace}/{spec.name} ({spec.model} v{version})")
+        status = result.status
+        if wait:
+            status = rollout.wait_ready(
+                services,
+                spec.name,
+                timeout_s=timeout,
+                latest_percent=rollout.expected_latest_percent(result, spec),
+                on_poll=_waiter(timeout),
+            )
+        _report(status, json_output, {"action": result.action})
+
+    run_json_aware(json_output, go)
+
+
+def _traffic_command(
+    operation: str,
+    name: str,
+    namespace: str,
+    dry_run: bool,
+    wait: bool,
+    timeout: float,
+    kubeconfig: Path | None,
+    context: str | None,
+    crd: Path | None,
+    json_output: bool,
+    force: bool = False,
+) -> None:
+    from builder.release import rollout
+    from builder.release.plan import traffic_plan
+
+    def go() -> None:
+        plan = traffic_plan(operation, name, namespace, _crd(crd))
+        if dry_run:
+            _write(plan.to_doc(), json_output)
+            return
+        services = _services(namespace, kubeconfig, context)
+        if operation == "promote":
+            status = rollout.promote(services, name, force=force)
+        else:
+            status = rollout.rollback(services, name)
+        console.print(f"{operation}: patched InferenceService {namespace}/{name}")
+        if wait:
+            status = rollout.wait_ready(
+                services,
+                name,
+                timeout_s=timeout,
+                latest_percent=100 if operation == "promote" else 0,
+                on_poll=_waiter(timeout),
+            )
+        _report(status, json_output, {"action": operation})
+
+    run_json_aware(json_output, go)
+
+
+@release_app.command("promote")
+def promote_cmd(
+    name: NameArg,
+    namespace: NamespaceOpt = "default",
+    force: Annotated[bool, typer.Option(help="Promote even if the newest revision is not ready")] = False,
+    dry_run: DryRunOpt = False,
+    wait: WaitOpt = True,
+    timeout: TimeoutOpt = 600.0,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    crd: CrdOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Give the canary all traffic (remove canaryTrafficPercent)."""
+    _traffic_command(
+        "promote", name, namespace, dry_run, wait, timeout, kubeconfig, context, crd, json_output, force
+    )
+
+
+@release_app.command("rollback")
+def rollback_cmd(
+    name: NameArg,
+    namespace: NamespaceOpt = "default",
+    dry_run: DryRunOpt = False,
+    wait: WaitOpt = True,
+    timeout: TimeoutOpt = 600.0,
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    crd: CrdOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Send all traffic back to the previous revision (canaryTrafficPercent: 0)."""
+    _traffic_command(
+        "rollback", name, namespace, dry_run, wait, timeout, kubeconfig, context, crd, json_output
+    )
+
+
+@release_app.command("status")
+def status_cmd(
+    name: NameArg,
+    namespace: NamespaceOpt = "default",
+    kubeconfig: KubeconfigOpt = None,
+    context: ContextOpt = None,
+    json_output: JsonOpt = False,
+) -> None:
+    """Show readiness, revisions, traffic split and the latest-/prev- URLs."""
+    from builder.release.rollout import RolloutStatus
+
+    def go() -> None:
+        status = RolloutStatus.of(_services(namespace, kubeconfig, context).require(name))
+        _report(status, json_output)
+
+    run_json_aware(json_output, go)

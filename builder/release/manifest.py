@@ -1,0 +1,160 @@
+"""The InferenceService of a model version, and the patches that move its traffic (pure data).
+
+Rendered to match the Helm chart's InferenceService (``helm/triton-stack``): model format
+``triton``, Serverless mode (canary traffic needs Knative), tag routing on so the newest
+revision is reachable at its ``latest-`` host. An existing InferenceService, Helm-installed or
+not, is changed only where a release must change it: the model's ``storageUri``, the canary
+percent and the release annotations; resources, runtime and probes stay whoever set them.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from builder.errors import UsageError
+
+GROUP = "serving.kserve.io"
+VERSION = "v1beta1"
+PLURAL = "inferenceservices"
+KIND = "InferenceService"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+TAG_ROUTING = "serving.kserve.io/enable-tag-routing"
+DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
+# Which model version a revision serves, readable with `kubectl get isvc -o yaml`.
+MODEL_ANNOTATION = "triton-stack/model"
+MODEL_VERSION_ANNOTATION = "triton-stack/model-version"
+PROTOCOLS = ("v2", "grpc-v2")
+
+# KServe derives "<name>-predictor-00001" and longer names from it; they must fit in 63 chars.
+_MAX_NAME = 45
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_URI = re.compile(r"^[a-z][a-z0-9+.-]*://.+")
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """What a release of one model version needs on KServe."""
+
+    name: str
+    namespace: str
+    model: str
+    model_version: str
+    storage_uri: str
+    canary_percent: int | None = None
+    runtime: str | None = None  # a ServingRuntime's name; None lets KServe pick by model format
+    runtime_version: str | None = None  # the runtime image tag, e.g. 24.10-py3
+    protocol: str = "v2"
+    min_replicas: int = 1
+    max_replicas: int = 3
+    gpus: int = 0
+
+    def check(self) -> ServiceSpec:
+        """Raise UsageError on what the API server or KServe would reject later, or worse, accept."""
+        if not _DNS_LABEL.match(self.name) or len(self.name) > _MAX_NAME:
+            raise UsageError(
+                f"InferenceService name {self.name!r} is not a DNS label of at most {_MAX_NAME} characters",
+                hint="lower-case letters, digits and '-' (KServe appends '-predictor-00001' and more)",
+            )
+        if not _DNS_LABEL.match(self.namespace):
+            raise UsageError(f"namespace {self.namespace!r} is not a DNS label")
+        if not _URI.match(self.storage_uri):
+            raise UsageError(
+                f"storage URI {self.storage_uri!r} has no scheme",
+                hint="e.g. s3://bucket/model_repo, gs://..., pvc://claim/path",
+            )
+        if self.canary_percent is not None and not 0 <= self.canary_percent <= 100:
+            raise UsageError(f"canary percent must be 0..100, got {self.canary_percent}")
+        if self.protocol not in PROTOCOLS:
+            raise UsageError(f"protocol {self.protocol!r}: use one of {', '.join(PROTOCOLS)}")
+        if not 0 <= self.min_replicas <= self.max_replicas or self.max_replicas < 1:
+            raise UsageError(
+                f"replicas: need 0 <= min ({self.min_replicas}) <= max ({self.max_replicas}) and max >= 1"
+            )
+        if self.gpus < 0:
+            raise UsageError(f"--gpus must be 0 or more, got {self.gpus}")
+        return self
+
+
+def _annotations(spec: ServiceSpec) -> dict[str, str]:
+    return {
+        TAG_ROUTING: "true",
+        MODEL_ANNOTATION: spec.model,
+        MODEL_VERSION_ANNOTATION: spec.model_version,
+    }
+
+
+def render(spec: ServiceSpec) -> dict[str, Any]:
+    """The whole InferenceService, as created when none exists yet."""
+    spec.check()
+    model: dict[str, Any] = {
+        "modelFormat": {"name": "triton"},
+        "protocolVersion": spec.protocol,
+        "storageUri": spec.storage_uri,
+    }
+    if spec.runtime:
+        model["runtime"] = spec.runtime
+    if spec.runtime_version:
+        model["runtimeVersion"] = spec.runtime_version
+    if spec.gpus:
+        model["resources"] = {"limits": {"nvidia.com/gpu": str(spec.gpus)}}
+    predictor: dict[str, Any] = {"minReplicas": spec.min_replicas, "maxReplicas": spec.max_replicas}
+    if spec.canary_percent is not None:
+        predictor["canaryTrafficPercent"] = spec.canary_percent
+    predictor["model"] = model
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": spec.name,
+            "namespace": spec.namespace,
+            # Serverless: the only mode with revisions and a traffic split.
+            "annotations": {DEPLOYMENT_MODE: "Serverless", **_annotations(spec)},
+        },
+        "spec": {"predictor": predictor},
+    }
+
+
+def release_patch(spec: ServiceSpec) -> dict[str, Any]:
+    """The JSON merge patch that puts a new model version on an existing InferenceService.
+
+    A new ``storageUri`` makes KServe create a revision; with ``canaryTrafficPercent`` it gets
+    that share of traffic, the previous rolled-out revision the rest. Without a canary percent
+    the patch sets null, i.e. removes the field: the new revision takes all traffic when ready.
+    """
+    spec.check()
+    return {
+        "metadata": {"annotations": _annotations(spec)},
+        "spec": {
+            "predictor": {
+                "canaryTrafficPercent": spec.canary_percent,
+                "model": {"storageUri": spec.storage_uri},
+            }
+        },
+    }
+
+
+def promote_patch() -> dict[str, Any]:
+    """Remove ``canaryTrafficPercent`` (null in a merge patch): the newest revision takes 100 %."""
+    return {"spec": {"predictor": {"canaryTrafficPercent": None}}}
+
+
+def rollback_patch() -> dict[str, Any]:
+    """``canaryTrafficPercent: 0``: all traffic back on the previous rolled-out revision."""
+    return {"spec": {"predictor": {"canaryTrafficPercent": 0}}}
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: what the API server does with ``application/merge-patch+json``."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result

@@ -1,0 +1,185 @@
+"""``loadtests gate``: load-test a target with Locust and judge it against an SLA file.
+
+Errors follow the builder's contract: one ``error:`` line and a ``hint:`` line on stderr and a
+distinct exit code; with ``--json``, a JSON object on stdout too (and the tables go to stderr,
+so stdout stays parseable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from loadtests.errors import EXIT_CODES, GateError, SlaFileError
+from loadtests.gate import GateRequest, default_out_dir, describe_request, parse_duration, run_gate
+from loadtests.report import print_report, write_summary
+from loadtests.runner import STARTUP_ALLOWANCE_S, STOP_TIMEOUT_S
+from loadtests.settings import API_KEY_ENV, LoadOptions
+from loadtests.sla import resolve_sla_path
+
+
+class UserClassName(StrEnum):
+    gateway = "gateway"
+    triton_http = "triton-http"
+    triton_grpc = "triton-grpc"
+
+
+class ShapeName(StrEnum):
+    steady = "steady"
+    step = "step"
+    spike = "spike"
+
+
+EXIT_CODE_HELP = "Exit codes: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES.items()) + "."
+
+app = typer.Typer(
+    name="loadtests",
+    help="Locust load tests and the SLA release gate of the serving stack.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def _root() -> None:
+    """Locust load tests and the SLA release gate of the serving stack."""
+    # A callback keeps `gate` a named subcommand (Typer would otherwise make the only command
+    # the root), so more commands can join without breaking `loadtests gate ...` scripts.
+
+
+def _report_error(exc: GateError, json_output: bool, out_dir: Path, request: GateRequest | None) -> None:
+    err = Console(stderr=True, highlight=False)
+    err.print(f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
+    problems = exc.problems if isinstance(exc, SlaFileError) else []
+    for problem in problems[1:] if len(problems) > 1 else []:
+        err.print(f"  - {escape(problem)}", soft_wrap=True)
+    if exc.hint:
+        err.print(f"[dim]hint:[/] {escape(exc.hint)}", soft_wrap=True)
+    summary = {
+        "ok": False,
+        "verdict": "error",
+        "exit_code": exc.exit_code,
+        "kind": exc.kind,
+        "error": exc.message,
+        "hint": exc.hint,
+        "problems": problems,
+        "run": describe_request(request) if request else None,
+    }
+    with contextlib.suppress(OSError):  # an unwritable --out must not hide the real error
+        summary["summary_path"] = str(write_summary(out_dir, summary))
+    if json_output:
+        sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
+
+
+@app.command("gate", epilog=EXIT_CODE_HELP)
+def gate(
+    target: Annotated[
+        str,
+        typer.Option(help="Base URL (http://host:8080) or, for triton-grpc, host:port / grpcs://host:443"),
+    ],
+    sla: Annotated[str, typer.Option(help="SLA YAML file, or a bundled name: demo, strict")],
+    user_class: Annotated[UserClassName, typer.Option(help="What to load")] = UserClassName.gateway,
+    users: Annotated[int, typer.Option(min=1, help="Concurrent simulated users (peak, for step/spike)")] = 4,
+    spawn_rate: Annotated[float, typer.Option(min=0.01, help="Users started per second")] = 4.0,
+    run_time: Annotated[str, typer.Option(help="How long to load: 30s, 2m, 1m30s")] = "20s",
+    shape: Annotated[ShapeName, typer.Option(help="Load shape over the run")] = ShapeName.steady,
+    model: Annotated[str, typer.Option(help="Model name")] = "fraud-detector",
+    model_version: Annotated[str, typer.Option(help="Model version; empty = the server's choice")] = "",
+    model_repo: Annotated[
+        Path,
+        typer.Option(
+            help="Model repository with the input example (Triton users); else the server's metadata"
+        ),
+    ] = Path("model_repo"),
+    rows_per_request: Annotated[int, typer.Option(min=1, help="Rows (batch size) per request")] = 1,
+    request_timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds per request before it fails")
+    ] = 10.0,
+    wait_ready: Annotated[
+        float, typer.Option(min=0, help="Seconds to keep retrying the readiness check (0: one attempt)")
+    ] = 0.0,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=1,
+            help=f"Hard limit on Locust, s (default: run time + {STOP_TIMEOUT_S + STARTUP_ALLOWANCE_S})",
+            show_default=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Report folder (default: loadtest-reports/<UTC time>-<user class>)", show_default=False
+        ),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout")] = False,
+) -> None:
+    """Check the target answers, run Locust headless against it, and judge every SLA line.
+
+    Writes summary.json, Locust's CSV and HTML reports, its log, and latency.png into --out.
+    The API key, if the target needs one, comes from $LOADTESTS_API_KEY (never a flag).
+    """
+    # absolute: Locust runs in the report folder, and summary.json names files a reader can open
+    out_dir = (out or default_out_dir(user_class.value)).expanduser().absolute()
+    request: GateRequest | None = None
+    console = Console(stderr=json_output, highlight=False)
+    try:
+        request = GateRequest(
+            target=target,
+            sla_path=resolve_sla_path(sla),
+            user_class=user_class.value,
+            users=users,
+            spawn_rate=spawn_rate,
+            run_time_s=parse_duration(run_time),
+            shape=shape.value,
+            out_dir=out_dir,
+            options=LoadOptions(
+                model=model,
+                model_version=model_version,
+                model_repo=str(model_repo.expanduser().absolute()),
+                rows_per_request=rows_per_request,
+                request_timeout=request_timeout,
+                api_key=os.environ.get(API_KEY_ENV, ""),
+            ),
+            wait_ready_s=wait_ready,
+            hard_timeout_s=timeout,
+        )
+        console.print(
+            escape(
+                f"gate: {request.user_class} on {target}, {users} users, {request.shape}, "
+                f"{request.run_time_s} s, SLA {request.sla_path}"
+            ),
+            soft_wrap=True,
+        )
+        result = run_gate(request)
+    except GateError as exc:
+        _report_error(exc, json_output, out_dir, request)
+        raise typer.Exit(exc.exit_code) from None
+
+    print_report(console, result.stats, result.checks, result.passed)
+    for note in result.notes:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    summary_path = write_summary(out_dir, result.summary)
+    console.print(
+        escape(
+            f"reports: {out_dir}/ (summary.json, locust_report.html, locust_*.csv, latency.png, locust.log)"
+        )
+    )
+    if json_output:
+        sys.stdout.write(json.dumps(result.summary | {"summary_path": str(summary_path)}, indent=2) + "\n")
+    raise typer.Exit(result.exit_code)
+
+
+def main() -> None:
+    """Console-script entry point (``loadtests = "loadtests.cli:main"``)."""
+    app()

@@ -1,0 +1,106 @@
+"""The gate end to end against the real embedded Triton: a loose SLA passes, an impossible one
+fails naming the violation, and the reports are all there. Runs are short (5-6 s, 2 users): the
+machine has 2 cores shared by Triton and Locust."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from loadtests.errors import EXIT_PASS, EXIT_SLA_MISSED
+from tests.loadtests.conftest import Served, run_cli
+
+pytestmark = pytest.mark.integration
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_loose_sla_passes_and_writes_every_report(served: Served, tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    proc = run_cli(
+        "gate",
+        "--target",
+        served.http_url,
+        "--sla",
+        "demo",
+        "--user-class",
+        "triton-http",
+        "--model",
+        served.model,
+        "--model-repo",
+        str(served.repo),
+        "--users",
+        "2",
+        "--spawn-rate",
+        "2",
+        "--run-time",
+        "6s",
+        "--out",
+        str(out),
+        "--json",
+    )
+    assert proc.returncode == EXIT_PASS, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["ok"] and summary["verdict"] == "pass" and summary["violations"] == []
+    total = next(e for e in summary["endpoints"] if e["name"] == "Aggregated")
+    assert total["requests"] > 50 and total["failures"] == 0
+    assert {(e["type"], e["name"]) for e in summary["endpoints"]} == {("POST", "infer"), ("", "Aggregated")}
+    assert "SLA: PASS" in proc.stderr  # with --json the tables go to stderr
+    for name in (
+        "summary.json",
+        "locust_report.html",
+        "locust_stats.csv",
+        "locust_stats_history.csv",
+        "locust_failures.csv",
+        "locust_stats.json",
+        "locust.log",
+    ):
+        assert (out / name).is_file(), name
+    assert (out / "latency.png").read_bytes().startswith(PNG_MAGIC)
+    assert json.loads((out / "summary.json").read_text())["verdict"] == "pass"
+
+
+def test_impossible_sla_fails_naming_endpoint_and_margin(served: Served, tmp_path: Path) -> None:
+    sla = tmp_path / "impossible.yaml"
+    sla.write_text(
+        "description: no server does this\n"
+        "endpoints:\n"
+        "  - name: Aggregated\n"
+        "    min_rps: 1000000\n"
+        "  - name: infer\n"
+        "    type: grpc\n"
+        "    p50_ms: 0.001\n"
+    )
+    out = tmp_path / "report"
+    proc = run_cli(
+        "gate",
+        "--target",
+        served.grpc_url,
+        "--sla",
+        str(sla),
+        "--user-class",
+        "triton-grpc",
+        "--model",
+        served.model,
+        "--model-repo",
+        str(served.repo),
+        "--shape",
+        "spike",
+        "--users",
+        "3",
+        "--run-time",
+        "5s",
+        "--out",
+        str(out),
+    )
+    assert proc.returncode == EXIT_SLA_MISSED, proc.stderr
+    assert "SLA: FAIL" in proc.stdout
+    assert "missed: Aggregated: rps" in proc.stdout and "< 1000000.0 req/s: missed by" in proc.stdout
+    assert "missed: infer [grpc]: p50" in proc.stdout and "> 0.001 ms: missed by" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["exit_code"] == EXIT_SLA_MISSED and summary["run"]["shape"] == "spike"
+    misses = {(c["endpoint"], c["metric"]) for c in summary["checks"] if not c["passed"]}
+    assert misses == {("Aggregated", "min_rps"), ("infer [grpc]", "p50_ms")}
+    assert all(c["miss_by"] > 0 for c in summary["checks"] if not c["passed"])
