@@ -1,7 +1,7 @@
 """`make demo`: data -> feast apply -> materialize -> train from historical features ->
 register (alias champion) -> builder export (+ ensemble) -> builder validate -> builder serve
 (real Triton, no GPU) -> gateway serve -> predictions through the gateway over HTTP and gRPC ->
-skew check.
+skew check -> release gate (Locust against the gateway, loose demo SLA).
 
 Every step is the command a user would run; the demo only chains them and prints what they
 give back. State lives in .demo/ (MLflow registry and artifacts), feature_repo/data/ and
@@ -203,6 +203,7 @@ def main() -> None:
         ]
     )
     gateway = None
+    gate_rc = 0
     try:
         wait_for(
             "Triton", lambda: http_status(f"http://127.0.0.1:{tp['http']}/v2/health/ready") == 200, triton
@@ -240,12 +241,41 @@ def main() -> None:
             "--feature-repo",
             str(FEATURES),
         )
+        step("8. release gate: Locust against the gateway, SLA loadtests/sla/demo.yaml")
+        reports = STATE / "gate"
+        args = [
+            "gate",
+            "--target",
+            f"http://127.0.0.1:{gp['http']}",
+            "--sla",
+            "demo",
+            "--user-class",
+            "gateway",
+            "--users",
+            "8",
+            "--spawn-rate",
+            "8",
+            "--run-time",
+            "15s",
+            "--model",
+            MODEL,
+            "--out",
+            str(reports),
+        ]
+        console.print(f"[dim]$ loadtests {' '.join(args)}[/]")
+        gate_rc = subprocess.run([sys.executable, "-m", "loadtests", *args]).returncode
+        verdict = "PASS" if gate_rc == 0 else f"FAIL (exit {gate_rc})"
+        console.print(
+            f"gate verdict: {verdict}; reports (summary.json, Locust CSV/HTML, latency.png) in {reports}"
+        )
     finally:
         if gateway is not None:
             stop(gateway)
         stop(triton)
     step("done")
     console.print(f"model repository: {REPO}\nregistry: {os.environ['MLFLOW_TRACKING_URI']}")
+    if gate_rc:
+        sys.exit(gate_rc)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,5 @@
+"""``python -m loadtests`` = the ``loadtests`` command."""
+
+from loadtests.cli import main
+
+main()
