@@ -41,7 +41,7 @@ redis:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
 	  else echo "redis-server is missing: sudo apt-get install redis-server (Debian/Ubuntu) or brew install redis" >&2; exit 1; fi; }
 
-test: setup
+test: setup lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: setup
@@ -51,7 +51,7 @@ bench: setup
 	$(BIN)/python benchmarks/run.py
 
 lint: venv
-	$(BIN)/ruff check builder gateway loadtests tests demo benchmarks
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 
 clean:
