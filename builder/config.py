@@ -118,6 +118,24 @@ def _batching(options: ServingOptions) -> dict[str, Any]:
     return batching
 
 
+def warmup(inputs: Sequence[TensorSpec], files: dict[str, str], batched: bool) -> list[dict[str, Any]]:
+    """One warm-up request from the input example's raw files (``<model>/warmup/<input>``)."""
+    return [
+        {
+            "name": "input_example",
+            "batch_size": 1 if batched else 0,
+            "inputs": {
+                t.name: {
+                    "data_type": triton_dtype(t.dtype),
+                    "dims": list(t.shape[1:] if batched else t.shape),
+                    "input_data_file": files[t.name],
+                }
+                for t in inputs
+            },
+        }
+    ]
+
+
 def _instances(options: ServingOptions) -> list[dict[str, Any]]:
     # No `kind`: Triton then picks GPU where there is one and CPU elsewhere, so the same file
     # loads on a laptop and on a GPU node (KIND_GPU fails to load without a GPU).
@@ -169,20 +187,7 @@ def onnx_model_config(
     if parameters:
         spec["parameters"] = {k: {"string_value": v} for k, v in parameters.items()}
     if options.warmup and warmup_files:
-        spec["model_warmup"] = [
-            {
-                "name": "input_example",
-                "batch_size": 1 if batched else 0,
-                "inputs": {
-                    t.name: {
-                        "data_type": triton_dtype(t.dtype),
-                        "dims": list(t.shape[1:] if batched else t.shape),
-                        "input_data_file": warmup_files[t.name],
-                    }
-                    for t in inputs
-                },
-            }
-        ]
+        spec["model_warmup"] = warmup(inputs, warmup_files, batched)
     return json_format.ParseDict(spec, ModelConfig())
 
 

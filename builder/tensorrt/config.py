@@ -16,9 +16,9 @@ from typing import Any
 from google.protobuf import json_format
 
 # The ONNX config's own helpers: the plan's tensors and batcher are declared the same way.
-from builder.config import ModelConfig, ServingOptions, _batching, _io
+from builder.config import ModelConfig, ServingOptions, _batching, _io, warmup
 from builder.tensorrt.profiles import BatchProfile, aligned_preferred_sizes
-from builder.tensors import TensorSpec, triton_dtype
+from builder.tensors import TensorSpec
 
 PLATFORM = "tensorrt_plan"
 
@@ -59,18 +59,5 @@ def plan_model_config(
         aligned = aligned_preferred_sizes(profile, options.preferred_batch_sizes)
         spec["dynamic_batching"] = _batching(dataclasses.replace(options, preferred_batch_sizes=aligned))
     if options.warmup and warmup_files:
-        spec["model_warmup"] = [
-            {
-                "name": "input_example",
-                "batch_size": 1 if batched else 0,
-                "inputs": {
-                    t.name: {
-                        "data_type": triton_dtype(t.dtype),
-                        "dims": list(t.shape[1:] if batched else t.shape),
-                        "input_data_file": warmup_files[t.name],
-                    }
-                    for t in inputs
-                },
-            }
-        ]
+        spec["model_warmup"] = warmup(inputs, warmup_files, batched)
     return json_format.ParseDict(spec, ModelConfig())
