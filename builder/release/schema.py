@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from builder.release.errors import ManifestError
-from builder.release.manifest import API_VERSION, KIND
+from builder.release.manifest import API_VERSION
 
 CRD_FILE = "serving.kserve.io_inferenceservices.yaml"
 _CHECKOUT_SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kserve"
@@ -42,17 +42,18 @@ def find_crd(explicit: Path | None = None) -> Path | None:
 
 
 @cache
-def load_schema(crd_path: Path) -> dict[str, Any]:
-    """The ``openAPIV3Schema`` the API server applies to InferenceService v1beta1."""
+def load_schema(crd_path: Path, api_version: str = API_VERSION) -> dict[str, Any]:
+    """The ``openAPIV3Schema`` the API server applies at ``api_version`` (default: the
+    InferenceService's v1beta1) from the CRD file at ``crd_path``."""
     # libyaml's loader parses the large CRD about ten times faster than the pure-Python one.
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     crd = yaml.load(crd_path.read_text(), Loader=loader)
     group = crd["spec"]["group"]
     for version in crd["spec"]["versions"]:
-        if f"{group}/{version['name']}" == API_VERSION and version.get("served", True):
+        if f"{group}/{version['name']}" == api_version and version.get("served", True):
             schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
             return schema
-    raise ManifestError(f"{crd_path} does not serve {KIND} {API_VERSION}", [])
+    raise ManifestError(f"{crd_path} does not serve {api_version}", [])
 
 
 def problems(obj: dict[str, Any], schema: dict[str, Any]) -> list[str]:

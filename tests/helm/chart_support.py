@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 import yaml
 from helm_python import Chart
+
+from builder.release import schema as crd_schema
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "helm" / "triton-stack"
@@ -198,48 +198,10 @@ CRD_FILES = {
 }
 
 
-@cache
-def crd_schema(kind: str, api_version: str) -> dict[str, Any]:
-    """The openAPIV3Schema the API server applies to `kind` at `api_version`."""
-    # The InferenceService CRD is ~700 kB of YAML: libyaml parses it ten times faster.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    crd = yaml.load((KSERVE_CRD_DIR / CRD_FILES[kind]).read_text(), Loader=loader)
-    group = crd["spec"]["group"]
-    for version in crd["spec"]["versions"]:
-        if f"{group}/{version['name']}" == api_version and version.get("served", True):
-            schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-            return schema
-    raise LookupError(f"{kind} {api_version} is not served by the CRD")
-
-
 def crd_errors(obj: dict[str, Any]) -> list[str]:
-    """Schema violations, plus fields the API server would silently prune (typos)."""
+    """Schema violations, plus fields the API server would silently prune (typos): the same
+    check ``builder release`` applies before it sends anything."""
     if not KSERVE_CRD_DIR.is_dir():
         pytest.skip(f"KServe CRDs not found at {KSERVE_CRD_DIR} (set KSERVE_CRD_DIR)")
-    schema = crd_schema(obj["kind"], obj["apiVersion"])
-    validator = jsonschema.Draft7Validator(schema)
-    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(obj)]
-    return errors + [f"{p}: unknown field (pruned)" for p in pruned_fields(obj, schema, "")]
-
-
-def pruned_fields(value: Any, schema: dict[str, Any], path: str) -> list[str]:
-    """Paths that structural-schema pruning would drop: CRD schemas do not reject unknown
-    fields, the API server removes them, so a misspelt field would vanish without an error."""
-    if schema.get("x-kubernetes-preserve-unknown-fields"):
-        return []
-    if isinstance(value, list):
-        items = schema.get("items", {})
-        return [p for i, v in enumerate(value) for p in pruned_fields(v, items, f"{path}[{i}]")]
-    if not isinstance(value, dict) or path == "/metadata":
-        return []  # ObjectMeta is validated by the API server itself, not by the CRD
-    props = schema.get("properties", {})
-    extra = schema.get("additionalProperties")
-    found = []
-    for key, sub in value.items():
-        if key in props:
-            found += pruned_fields(sub, props[key], f"{path}/{key}")
-        elif isinstance(extra, dict):
-            found += pruned_fields(sub, extra, f"{path}/{key}")
-        elif extra is not True:
-            found.append(f"{path}/{key}")
-    return found
+    schema = crd_schema.load_schema(KSERVE_CRD_DIR / CRD_FILES[obj["kind"]], obj["apiVersion"])
+    return crd_schema.problems(obj, schema)
