@@ -138,7 +138,7 @@ async def _skew(settings: Any, model: str, sample: int, seed: int) -> Any:
 
     service = await Service.open(settings, (model,))
     try:
-        tx = load_transactions(service.predictor.features._store)
+        tx = load_transactions(service.predictor.features.store)
         pairs = sorted(set(zip(tx.user_id.astype(int), tx.merchant_id.astype(int), strict=True)))
         rows = [
             {"user_id": u, "merchant_id": m}

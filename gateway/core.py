@@ -122,7 +122,7 @@ class Predictor:
             fetched = await self.features.fetch(spec.feature_service, entity_rows)
         finally:
             metrics.FEATURE_SECONDS.labels(spec.name).observe(time.perf_counter() - start)
-        x = _assemble(spec, request_values, fetched.values, len(entity_rows))
+        x = assemble_input(spec, request_values, fetched.values, len(entity_rows))
         start = time.perf_counter()
         try:
             out = await self.triton.infer(spec.triton_model, spec.input_name, x, spec.outputs)
@@ -195,7 +195,7 @@ def _validate(spec: ModelSpec, rows: list[Any]) -> tuple[list[dict[str, int]], l
     return entity_rows, values
 
 
-def _assemble(
+def assemble_input(
     spec: ModelSpec, request_values: list[dict[str, float]], online: dict[str, list[Any]], n: int
 ) -> np.ndarray:
     """The model input, columns in training order; a missing online value is NaN (the

@@ -40,6 +40,11 @@ class OnlineFeatures:
         self._services: dict[str, Any] = {}
         self._async = profile == "redis"
 
+    @property
+    def store(self) -> Any:
+        """The FeatureStore (for the skew check's training-path read)."""
+        return self._store
+
     def service(self, name: str) -> Any:
         """The FeatureService object (a registry read), cached: it is resolved once per name."""
         if name not in self._services:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gateway.core import _assemble
+from gateway.core import assemble_input
 from gateway.service import Service
 
 
@@ -60,7 +60,7 @@ async def skew_check(
     # Request-time fields are the caller's: give both paths the same values (zeros).
     request_values = [dict.fromkeys(spec.request_fields, 0.0) for _ in entity_rows]
     online = await features.fetch(spec.feature_service, entity_rows)
-    served = _assemble(spec, request_values, online.values, len(entity_rows))
+    served = assemble_input(spec, request_values, online.values, len(entity_rows))
 
     # nanosecond UTC timestamps, the dtype Feast's own tables use (a coarser unit comes back
     # from the join as objects and no longer merges)
@@ -69,7 +69,7 @@ async def skew_check(
     entity_df["event_timestamp"] = pd.Series([now] * len(entity_df), dtype="datetime64[ns, UTC]")
     for name in spec.request_fields:
         entity_df[name] = 0.0
-    store = features._store
+    store = features.store
     offline = training_frame(store, spec.feature_service, entity_df)
     trained = offline[list(spec.feature_names)].to_numpy(dtype=np.float64)
 
