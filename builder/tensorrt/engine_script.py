@@ -11,6 +11,7 @@ it is copied beside the plan and must run there alone.
 
     python build_engine.py build [--precision fp16 --opt-shapes input:32x5 ...]
     python build_engine.py infer --inputs rows.npz --outputs out.npz
+    python build_engine.py bench [--batch-sizes 1,8,64 --seconds 2]
 
 Exit codes: 0 done; 1 the build or the run failed (the reason is the last line on stderr);
 2 bad arguments; 3 tensorrt, the NVIDIA driver or a GPU is missing.
@@ -67,6 +68,17 @@ def parse_shapes(text: str | None) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parse_sizes(text: str) -> tuple[int, ...]:
+    """``1,8,64`` -> (1, 8, 64); every size >= 1."""
+    try:
+        sizes = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: batch sizes must be >= 1")
+    return sizes
+
+
 def format_shapes(shapes: dict[str, Any]) -> str:
     """The inverse of parse_shapes."""
     return ",".join(f"{name}:{'x'.join(str(int(d)) for d in dims)}" for name, dims in shapes.items())
@@ -103,7 +115,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     r.add_argument("--inputs", required=True, help=".npz of input arrays keyed by name")
     r.add_argument("--outputs", required=True, help=".npz to write the outputs into")
     r.add_argument("--result", default="", help="JSON summary of the run")
+    m = sub.add_parser("bench", help="time the engine, host to host, at each batch size")
+    m.add_argument("--plan", default=d.get("plan", "model.plan"))
+    m.add_argument(
+        "--batch-sizes",
+        type=parse_sizes,
+        default=(),
+        help="comma-separated batch sizes (default: the profile's min, opt and max)",
+    )
+    m.add_argument("--seconds", type=float, default=2.0, help="measured seconds per batch size")
+    m.add_argument("--warmup", type=float, default=0.5, help="unmeasured seconds before each")
+    m.add_argument("--inputs", default="", help=".npz of rows to tile into batches (default: random)")
+    m.add_argument("--latencies", default="", help=".npz to write every call's latency (ns) into")
+    m.add_argument("--result", default="", help="JSON summary of the run")
     args = parser.parse_args(argv)
+    if args.command == "bench" and (args.seconds <= 0 or args.warmup < 0):
+        parser.error("--seconds must be > 0 and --warmup >= 0")
     if args.command == "build":
         problem = check_profile(args.min_shapes, args.opt_shapes, args.max_shapes)
         if problem:
@@ -471,37 +498,113 @@ def build(args: argparse.Namespace, trt: Any, cuda: Any) -> dict[str, Any]:
 # --- run --------------------------------------------------------------------------------------
 
 
+class Engine:
+    """A deserialized plan with one execution context, and its input and output names."""
+
+    def __init__(self, trt: Any, plan: str) -> None:
+        logger = trt.Logger(trt.Logger.WARNING)
+        if not Path(plan).is_file():
+            raise Failure(f"no plan at {plan}")
+        self.engine = trt.Runtime(logger).deserialize_cuda_engine(Path(plan).read_bytes())
+        if self.engine is None:
+            raise Failure(
+                f"{plan} does not deserialize (built by another TensorRT version, or for another GPU?)"
+            )
+        self.trt = trt
+        self.context = self.engine.create_execution_context()
+        names = [self.engine.get_tensor_name(i) for i in range(self.engine.num_io_tensors)]
+        self.inputs = [n for n in names if self.engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        self.outputs = [n for n in names if n not in self.inputs]
+        self.variable = [n for n in self.inputs if any(d < 0 for d in self.engine.get_tensor_shape(n))]
+
+    def dtype(self, name: str) -> Any:
+        return self.trt.nptype(self.engine.get_tensor_dtype(name))
+
+    def batch_range(self) -> tuple[int, int, int] | None:
+        """(min, opt, max) batch of the first profile; None for a static engine."""
+        if not self.variable:
+            return None
+        low, opt, high = self.engine.get_tensor_profile_shape(self.variable[0], 0)
+        return int(low[0]), int(opt[0]), int(high[0])
+
+    def feeds(self, path: str) -> dict[str, np.ndarray]:
+        """The arrays of an .npz, one per input, cast to the engine's dtypes."""
+        with np.load(path) as data:
+            missing = sorted(set(self.inputs) - set(data.files))
+            if missing:
+                raise Failure(f"{path} lacks inputs {missing}")
+            return {n: np.asarray(data[n], dtype=self.dtype(n)) for n in self.inputs}
+
+
+class Bound:
+    """Device buffers for one set of input shapes, allocated once and run many times."""
+
+    def __init__(self, engine: Engine, cuda: Any, shapes: dict[str, tuple[int, ...]]) -> None:
+        self.engine, self.cuda = engine, cuda
+        self.pointers: dict[str, int] = {}
+        self.host: dict[str, np.ndarray] = {}
+        context = engine.context
+        try:
+            for name in engine.inputs:
+                shape = shapes[name]
+                if engine.variable and not context.set_input_shape(name, shape):
+                    raise Failure(f"input {name!r}: shape {list(shape)} is outside the engine's profile")
+                nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(engine.dtype(name)).itemsize
+                self.pointers[name] = cuda.alloc(nbytes)
+                context.set_tensor_address(name, self.pointers[name])
+            for name in engine.outputs:
+                shape = tuple(int(d) for d in context.get_tensor_shape(name))
+                if any(d < 0 for d in shape):
+                    raise Failure(
+                        f"output {name!r} has a data-dependent shape {list(shape)}, "
+                        "which this script cannot run"
+                    )
+                self.host[name] = np.empty(shape, dtype=engine.dtype(name))
+                self.pointers[name] = cuda.alloc(self.host[name].nbytes)
+                context.set_tensor_address(name, self.pointers[name])
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self, stream: int, chunk: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Copy ``chunk`` in, execute, copy the outputs back; they are overwritten by the next run."""
+        for name, array in chunk.items():
+            self.cuda.to_device(self.pointers[name], array)
+        if not self.engine.context.execute_async_v3(stream):
+            raise Failure("TensorRT refused to run the batch (its log above says why)")
+        self.cuda.synchronize(stream)
+        for name, array in self.host.items():
+            self.cuda.to_host(array, self.pointers[name])
+        return self.host
+
+    def close(self) -> None:
+        for pointer in self.pointers.values():
+            self.cuda.free(pointer)
+        self.pointers = {}
+
+
 def infer(args: argparse.Namespace, trt: Any, cuda: Any) -> dict[str, Any]:
     """Run the engine on every row of ``--inputs``, in batches the profile allows."""
-    logger = trt.Logger(trt.Logger.WARNING)
-    engine = trt.Runtime(logger).deserialize_cuda_engine(Path(args.plan).read_bytes())
-    if engine is None:
-        raise Failure(
-            f"{args.plan} does not deserialize (built by another TensorRT version, or for another GPU?)"
-        )
-    context = engine.create_execution_context()
-    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
-    inputs = [n for n in names if engine.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
-    outputs = [n for n in names if n not in inputs]
-    with np.load(args.inputs) as data:
-        missing = sorted(set(inputs) - set(data.files))
-        if missing:
-            raise Failure(f"{args.inputs} lacks inputs {missing}")
-        feeds = {n: np.asarray(data[n], dtype=trt.nptype(engine.get_tensor_dtype(n))) for n in inputs}
-    variable = [n for n in inputs if any(d < 0 for d in engine.get_tensor_shape(n))]
-    dynamic = bool(variable)
+    engine = Engine(trt, args.plan)
+    feeds = engine.feeds(args.inputs)
+    inputs, dynamic = engine.inputs, bool(engine.variable)
     rows = len(feeds[inputs[0]]) if inputs and feeds[inputs[0]].ndim else 1
     if rows == 0:
         raise Failure(f"{args.inputs} holds no rows")
     # The largest batch the profile covers; a static engine runs the arrays as they are.
-    step = int(engine.get_tensor_profile_shape(variable[0], 0)[2][0]) if dynamic else rows
+    span = engine.batch_range()
+    step = span[2] if span else rows
     stream = cuda.stream()
-    parts: dict[str, list[np.ndarray]] = {n: [] for n in outputs}
+    parts: dict[str, list[np.ndarray]] = {n: [] for n in engine.outputs}
     start = time.perf_counter()
     for first in range(0, rows, step):
         chunk = {n: np.ascontiguousarray(a[first : first + step] if dynamic else a) for n, a in feeds.items()}
-        for n, out in run_batch(trt, engine, context, cuda, stream, chunk, outputs, dynamic).items():
-            parts[n].append(out)
+        bound = Bound(engine, cuda, {n: a.shape for n, a in chunk.items()})
+        try:
+            for n, out in bound.run(stream, chunk).items():
+                parts[n].append(out.copy())
+        finally:
+            bound.close()
     seconds = time.perf_counter() - start
     # Typed Any: numpy 2's savez stubs read **arrays as its allow_pickle flag, which numpy 1.x
     # (a user's rerun may have it) does not take at all.
@@ -510,44 +613,73 @@ def infer(args: argparse.Namespace, trt: Any, cuda: Any) -> dict[str, Any]:
     return {"command": "infer", "rows": rows, "batches": -(-rows // step), "seconds": round(seconds, 4)}
 
 
-def run_batch(
-    trt: Any,
-    engine: Any,
-    context: Any,
-    cuda: Any,
-    stream: int,
-    chunk: dict[str, np.ndarray],
-    outputs: list[str],
-    dynamic: bool,
-) -> dict[str, np.ndarray]:
-    pointers: list[int] = []
-    try:
-        for name, array in chunk.items():
-            if dynamic and not context.set_input_shape(name, array.shape):
-                raise Failure(f"input {name!r}: shape {list(array.shape)} is outside the engine's profile")
-            pointers.append(cuda.alloc(array.nbytes))
-            cuda.to_device(pointers[-1], array)
-            context.set_tensor_address(name, pointers[-1])
-        host: dict[str, tuple[np.ndarray, int]] = {}
-        for name in outputs:
-            shape = tuple(int(d) for d in context.get_tensor_shape(name))
-            if any(d < 0 for d in shape):
-                raise Failure(
-                    f"output {name!r} has a data-dependent shape {list(shape)}, which this script cannot run"
-                )
-            array = np.empty(shape, dtype=trt.nptype(engine.get_tensor_dtype(name)))
-            pointers.append(cuda.alloc(array.nbytes))
-            context.set_tensor_address(name, pointers[-1])
-            host[name] = (array, pointers[-1])
-        if not context.execute_async_v3(stream):
-            raise Failure("TensorRT refused to run the batch (its log above says why)")
-        cuda.synchronize(stream)
-        for array, pointer in host.values():
-            cuda.to_host(array, pointer)
-        return {name: array for name, (array, _) in host.items()}
-    finally:
-        for pointer in pointers:
-            cuda.free(pointer)
+def bench_rows(engine: Engine, args: argparse.Namespace, batch: int) -> dict[str, np.ndarray]:
+    """``batch`` rows per input: ``--inputs`` tiled, or seeded normal noise of the engine's shape."""
+    if args.inputs:
+        feeds = engine.feeds(args.inputs)
+        return {n: np.ascontiguousarray(np.resize(a, (batch, *a.shape[1:]))) for n, a in feeds.items()}
+    rng = np.random.default_rng(0)
+    rows = {}
+    for name in engine.inputs:
+        dims = [int(d) for d in engine.engine.get_tensor_shape(name)]
+        shape = [batch, *dims[1:]] if engine.variable else dims
+        if any(d < 0 for d in shape):
+            raise Failure(f"input {name!r} has variable dimensions {dims} besides the batch: give --inputs")
+        rows[name] = rng.normal(size=shape).astype(engine.dtype(name))
+    return rows
+
+
+def bench(args: argparse.Namespace, trt: Any, cuda: Any) -> dict[str, Any]:
+    """Closed-loop timing of one stream, copies included: what a caller holding numpy arrays sees
+    (ONNX Runtime's ``session.run`` is timed the same way in ``make bench``)."""
+    engine = Engine(trt, args.plan)
+    span = engine.batch_range()
+    if span is None:
+        sizes: tuple[int, ...] = (int(engine.engine.get_tensor_shape(engine.inputs[0])[0]),)
+        if args.batch_sizes and args.batch_sizes != sizes:
+            raise Failure(f"the engine has a fixed batch of {sizes[0]}; --batch-sizes cannot change it")
+    else:
+        sizes = args.batch_sizes or tuple(sorted(set(span)))
+        outside = [b for b in sizes if not span[0] <= b <= span[2]]
+        if outside:
+            raise Failure(f"batch sizes {outside} are outside the engine's profile {span[0]}..{span[2]}")
+    stream = cuda.stream()
+    points, latencies = [], {}
+    for batch in sizes:
+        chunk = bench_rows(engine, args, batch)
+        bound = Bound(engine, cuda, {n: a.shape for n, a in chunk.items()})
+        try:
+            deadline = time.perf_counter() + args.warmup
+            while time.perf_counter() < deadline:
+                bound.run(stream, chunk)
+            times: list[int] = []
+            end = time.perf_counter_ns() + int(args.seconds * 1e9)
+            while (now := time.perf_counter_ns()) < end or not times:
+                bound.run(stream, chunk)
+                times.append(time.perf_counter_ns() - now)
+        finally:
+            bound.close()
+        ns = np.asarray(times, dtype=np.int64)
+        latencies[f"batch{batch}"] = ns
+        points.append(
+            {
+                "batch_size": batch,
+                "calls": len(ns),
+                "p50_ms": float(np.percentile(ns, 50) / 1e6),
+                "p99_ms": float(np.percentile(ns, 99) / 1e6),
+                "rows_per_s": float(batch * len(ns) / (ns.sum() / 1e9)),
+            }
+        )
+        log(f"batch {batch}: {points[-1]['p50_ms']:.3f} ms p50 over {len(ns)} calls")
+    if args.latencies:
+        np.savez(args.latencies, **latencies)
+    return {
+        "command": "bench",
+        "plan": args.plan,
+        "tensorrt_version": str(trt.__version__),
+        "device": {"name": cuda.name(), "compute_capability": cuda.compute_capability()},
+        "points": points,
+    }
 
 
 # --- entry point ------------------------------------------------------------------------------
@@ -566,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_MISSING
     try:
-        result = build(args, trt, cuda) if args.command == "build" else infer(args, trt, cuda)
+        result = {"build": build, "infer": infer, "bench": bench}[args.command](args, trt, cuda)
     except Failure as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED

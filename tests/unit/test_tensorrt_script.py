@@ -514,3 +514,82 @@ def test_infer_refuses_a_plan_that_does_not_deserialize(tmp_path: Path):
     )
     with pytest.raises(script["Failure"], match="does not deserialize"):
         script["infer"](args, fake_tensorrt(cuda), cuda)
+
+
+# --- bench ----------------------------------------------------------------------------------------
+
+
+def bench_args(script: dict[str, Any], tmp_path: Path, *extra: str) -> Any:
+    (tmp_path / "model.plan").write_bytes(b"PLAN")
+    argv = ["bench", "--plan", str(tmp_path / "model.plan"), "--seconds", "0.05", "--warmup", "0.01"]
+    return script["parse_args"]([*argv, *extra])
+
+
+def test_bench_times_each_profile_batch_size_and_frees_its_buffers(tmp_path: Path):
+    script = load(render_script(spec()))
+    cuda = FakeCuda()
+    trt = fake_tensorrt(cuda, profile_max=4)
+    latencies = tmp_path / "latencies.npz"
+    result = script["bench"](bench_args(script, tmp_path, "--latencies", str(latencies)), trt, cuda)
+    # Without --batch-sizes: the profile's min, opt and max (1, 2, 4 in the stand-in).
+    assert [p["batch_size"] for p in result["points"]] == [1, 2, 4]
+    for point in result["points"]:
+        assert point["calls"] > 0 and 0 < point["p50_ms"] <= point["p99_ms"]
+        assert point["rows_per_s"] > 0
+    with np.load(latencies) as saved:
+        assert sorted(saved.files) == ["batch1", "batch2", "batch4"]
+        assert [len(saved[f"batch{p['batch_size']}"]) for p in result["points"]] == [
+            p["calls"] for p in result["points"]
+        ]
+    # One set of buffers per batch size, bound once: every call after it reuses them.
+    assert trt.calls["input_shapes"] == [(1, 3), (2, 3), (4, 3)]
+    assert not cuda.memory, "every device buffer is freed"
+    assert result["device"]["compute_capability"] == "9.0"
+
+
+def test_bench_tiles_the_given_rows_and_computes_on_them(tmp_path: Path):
+    script = load(render_script(spec()))
+    cuda = FakeCuda()
+    trt = fake_tensorrt(cuda, profile_max=4)
+    np.savez(tmp_path / "rows.npz", x=np.arange(6, dtype=np.float64).reshape(2, 3))
+    args = bench_args(script, tmp_path, "--batch-sizes", "3", "--inputs", str(tmp_path / "rows.npz"))
+    engine = script["Engine"](trt, args.plan)
+    rows = script["bench_rows"](engine, args, 3)
+    np.testing.assert_array_equal(rows["x"], [[0, 1, 2], [3, 4, 5], [0, 1, 2]])
+    assert rows["x"].dtype == np.float32
+    bound = script["Bound"](engine, cuda, {"x": (3, 3)})
+    np.testing.assert_array_equal(bound.run(7, rows)["y"], rows["x"] * 2)
+    bound.close()
+    result = script["bench"](args, trt, cuda)
+    assert [p["batch_size"] for p in result["points"]] == [3]
+
+
+def test_bench_refuses_batch_sizes_outside_the_profile(tmp_path: Path):
+    script = load(render_script(spec()))
+    cuda = FakeCuda()
+    args = bench_args(script, tmp_path, "--batch-sizes", "2,8")
+    with pytest.raises(script["Failure"], match=r"\[8\] are outside the engine's profile 1\.\.4"):
+        script["bench"](args, fake_tensorrt(cuda, profile_max=4), cuda)
+    assert not cuda.memory
+
+
+def test_buffers_are_freed_when_binding_fails(tmp_path: Path):
+    script = load(render_script(spec()))
+    cuda = FakeCuda()
+    (tmp_path / "model.plan").write_bytes(b"PLAN")
+    engine = script["Engine"](fake_tensorrt(cuda, profile_max=4), str(tmp_path / "model.plan"))
+    # The input's buffer is allocated before the output's shape turns out data-dependent.
+    engine.context.get_tensor_shape = lambda name: (-1, 3)
+    with pytest.raises(script["Failure"], match="data-dependent shape"):
+        script["Bound"](engine, cuda, {"x": (2, 3)})
+    assert cuda.freed and not cuda.memory
+
+
+@pytest.mark.parametrize(
+    "extra", [["--seconds", "0"], ["--warmup", "-1"], ["--batch-sizes", "0"], ["--batch-sizes", "a,b"]]
+)
+def test_bad_bench_arguments_exit_2(extra: list[str]):
+    script = load(render_script(spec()))
+    with pytest.raises(SystemExit) as info:
+        script["parse_args"](["bench", *extra])
+    assert info.value.code == 2
