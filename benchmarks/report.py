@@ -89,8 +89,12 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Benchmark results ({report['timestamp']})",
         "",
-        f"Machine: {m['cpu']}, {m['cores_usable']} cores, Python {m['python']}, Triton {m['triton']} "
-        "(embedded, CPU; onnxruntime via the Python-backend shim)."
+        f"Machine: {m['cpu']}, {m['cores_usable']} cores, Python {m['python']}"
+        + (
+            f", Triton {m['triton']} (embedded, CPU; onnxruntime via the Python-backend shim)."
+            if m["triton"] != "not run"
+            else "."
+        )
         + (f" Model: {report['settings']['model']}." if "settings" in report else ""),
         "",
     ]
@@ -98,6 +102,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += _triton_markdown(report)
     if "gateway" in report:
         lines += gateway_markdown(report["gateway"])
+    if "gpu_routes" in report:
+        lines += gpu_markdown(report["gpu_routes"])
     return "\n".join(lines)
 
 
@@ -267,6 +273,39 @@ def gateway_markdown(g: dict[str, Any]) -> list[str]:
         lines += ["", f"Most own time: {top}.", ""]
     lines += [*(f"- {n}" for n in g["notes"]), ""]
     return lines
+
+
+def gpu_markdown(d: dict[str, Any]) -> list[str]:
+    """Part (d): one row per measured route and batch size, then what was not measured and why."""
+    s = d["settings"]
+    lines = [
+        "## (d) Serving routes of a neural network, called directly (no Triton), per batch size",
+        "",
+        f"{s['model']}; {s['caller']}; {s['seconds']:g} s per point in {s['rounds']} alternating "
+        f"rounds; GPU: {s['gpu'] or 'none'}; onnxruntime {s['onnxruntime']}.",
+        "",
+    ]
+    base = {p["batch_size"]: p for r in d["routes"] if r["route"] == d["baseline"] for p in r["points"]}
+    rows = []
+    for r in d["routes"]:
+        for p in r["points"]:
+            b = base.get(p["batch_size"])
+            ratio = f"{p['rows_per_s'] / b['rows_per_s']:.2f}×" if b else "–"
+            rows.append(
+                [
+                    r["route"],
+                    str(p["batch_size"]),
+                    f"{p['p50_ms']:.3f}",
+                    f"{p['p99_ms']:.3f}",
+                    f"{p['rows_per_s']:,.0f}",
+                    ratio,
+                ]
+            )
+    lines += _table(["route", "batch", "p50 ms", "p99 ms", "rows/s", f"rows/s vs {d['baseline']}"], rows)
+    missing = [r for r in d["routes"] if r["reason"]]
+    if missing:
+        lines += ["", "Not measured here:", *(f"- {r['route']}: {r['reason']}" for r in missing)]
+    return [*lines, ""]
 
 
 def _rounded(value: Any) -> Any:

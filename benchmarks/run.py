@@ -12,7 +12,10 @@ What it does, start to finish, in a throwaway MLflow registry and model reposito
    concurrency, alternating the two models (A B B A) so drift and noise hit both equally;
 5. (c) the gateway against direct Triton on the same rows, the Feast read alone, and a profile
    of the gateway's request path (``gateway_bench.py``);
-6. prints a markdown table and writes ``benchmarks/results/<UTC timestamp>.json`` and
+6. (d) a neural network's serving routes, per batch size: ONNX Runtime on CPU, on CUDA, with its
+   TensorRT accelerator, and the TensorRT plan (``gpu_routes.py``; without a GPU only the CPU
+   route is measured and the others say why);
+7. prints a markdown table and writes ``benchmarks/results/<UTC timestamp>.json`` and
    ``benchmarks/results/latest.md`` (and ``gateway-profile.txt``).
 
 Run: ``make bench`` or ``.venv/bin/python benchmarks/run.py [--duration 6 --only gateway ...]``.
@@ -40,7 +43,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import gateway_bench, loadgen, report  # noqa: E402
+from benchmarks import gateway_bench, gpu_routes, loadgen, report  # noqa: E402
 
 _VERSIONED = ("mlflow", "scikit-learn", "onnxruntime", "tritonclient", "grpcio", "numpy")
 MODEL = "fraud"
@@ -61,8 +64,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-batch-size", type=int, default=64)
     parser.add_argument("--native-seconds", type=float, default=3.0, help="measured seconds per native path")
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "benchmarks" / "results")
-    parser.add_argument("--only", choices=("triton", "gateway"), help="run one part: (a)+(b), or (c)")
+    parser.add_argument(
+        "--only", choices=("triton", "gateway", "gpu"), help="run one part: (a)+(b), (c) or (d)"
+    )
     gateway_bench.add_arguments(parser)
+    gpu_routes.add_arguments(parser)
     args = parser.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     if args.rounds < 1 or args.duration <= 0 or min(args.concurrency) < 1:
@@ -258,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = f" ({exc.hint})" if exc.hint else ""
         print(f"bench: error: {exc.message}{hint}", file=sys.stderr)
         return exc.exit_code
-    except (BenchError, gateway_bench.GatewayBenchError) as exc:
+    except (BenchError, gateway_bench.GatewayBenchError, gpu_routes.GpuBenchError) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1
 
@@ -275,11 +281,13 @@ def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         root = Path(tmp)
         use_throwaway_registry(root)
-        if args.only != "gateway":
+        if args.only in (None, "triton"):
             result.update(run_triton(args, runtime, root))
-        if args.only != "triton":
+        if args.only in (None, "gateway"):
             result["gateway"] = gateway_bench.run(args, runtime, root / "gateway", say)
-    version = result.pop("triton_version", None) or result["gateway"]["triton_version"]
+        if args.only in (None, "gpu"):
+            result["gpu_routes"] = gpu_routes.run(args, root / "gpu", say)
+    version = result.pop("triton_version", None) or result.get("gateway", {}).get("triton_version", "not run")
     result["machine"] = report.machine_info(version)
     result["versions"] = {pkg: metadata.version(pkg) for pkg in _VERSIONED}
     if "triton" in result:
