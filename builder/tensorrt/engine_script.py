@@ -644,7 +644,8 @@ def bench(args: argparse.Namespace, trt: Any, cuda: Any) -> dict[str, Any]:
         if outside:
             raise Failure(f"batch sizes {outside} are outside the engine's profile {span[0]}..{span[2]}")
     stream = cuda.stream()
-    points, latencies = [], {}
+    points: list[dict[str, Any]] = []
+    latencies: dict[str, Any] = {}  # Any: see infer() on numpy's savez stubs
     for batch in sizes:
         chunk = bench_rows(engine, args, batch)
         bound = Bound(engine, cuda, {n: a.shape for n, a in chunk.items()})
