@@ -107,7 +107,9 @@ class Predictor:
         batcher = self._batchers.get(spec)
         if batcher is None:
             batcher = Batcher(
-                functools.partial(self._run_batch, spec), max_rows=max(self.settings.max_batch_rows, 64)
+                functools.partial(self._run_batch, spec),
+                max_rows=max(self.settings.max_batch_rows, 64),
+                max_in_flight=self.settings.batch_in_flight,
             )
             self._batchers[spec] = batcher
         result: PredictResult = await batcher.submit(entity_rows, request_values)

@@ -31,6 +31,9 @@ class GatewaySettings(BaseSettings):
 
     max_body_bytes: int = Field(1 << 20, gt=0)
     max_batch_rows: int = Field(256, gt=0)
+    # Concurrent requests to one model share a feature read and a Triton call; this many such
+    # batches may be in flight at once (see gateway/batching.py).
+    batch_in_flight: int = Field(4, ge=1)
 
     # Auth: keys from GATEWAY_API_KEYS (comma separated) and/or a mounted file (one per line).
     api_keys: SecretStr | None = None

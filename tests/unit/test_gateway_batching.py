@@ -94,3 +94,24 @@ def test_a_cancelled_caller_is_skipped():
 
     run(main())
     assert served == [1]
+
+
+@pytest.mark.parametrize("in_flight", [1, 3])
+def test_at_most_max_in_flight_batches_run_at_once(in_flight: int):
+    running, peak = 0, 0
+
+    async def runner(batch: list[Pending]) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        for p in batch:
+            p.future.set_result(None)
+
+    async def main() -> None:
+        batcher = Batcher(runner, max_rows=1, max_in_flight=in_flight)  # one row per batch
+        await asyncio.gather(*(batcher.submit([{"user_id": i}], [{}]) for i in range(12)))
+
+    run(main())
+    assert peak == in_flight
