@@ -11,12 +11,13 @@ VENV_STAMP := $(VENV)/.installed-$(LOCK_HASH)
 export BUILDER_RUNTIME_DIR ?= $(CURDIR)/.runtime
 PYTEST_ARGS ?=
 
-.PHONY: setup venv runtime redis test demo bench lint clean help
+.PHONY: setup venv runtime redis test demo bench gpu-check lint clean help
 
 help:
 	@echo "make demo   - set up, then train -> register -> export -> serve -> predict"
 	@echo "make test   - set up, then run every test (unit and integration, real servers)"
 	@echo "make bench  - set up, then run the benchmarks (writes benchmarks/results/)"
+	@echo "make gpu-check - on a GPU machine: install the gpu extra, run the gpu tests and bench (d)"
 	@echo "make lint   - ruff and mypy"
 
 setup: venv runtime redis
@@ -49,6 +50,15 @@ demo: setup
 
 bench: setup
 	$(BIN)/python benchmarks/run.py
+
+# On a machine with an NVIDIA GPU and a route to https://pypi.nvidia.com (TensorRT's libraries
+# are served from there, not from PyPI): the `gpu` extra, the `gpu` tests, then bench part (d).
+# onnxruntime-gpu ships the same module as the CPU wheel, so it is reinstalled last.
+gpu-check: setup
+	$(BIN)/python -m pip install --quiet --no-build-isolation -e '.[gpu]'
+	$(BIN)/python -m pip install --quiet --force-reinstall --no-deps "onnxruntime-gpu==1.31.1"
+	$(BIN)/python -m pytest -m gpu -ra
+	$(BIN)/python benchmarks/run.py --only gpu --results-dir benchmarks/results/gpu
 
 lint: venv
 	$(BIN)/ruff check .
