@@ -27,7 +27,11 @@ class Service:
             os.environ.setdefault("REDIS_CONNECTION_STRING", settings.redis_url)
         # Opening the store reads the Feast registry (blocking): keep it off the event loop.
         features = await asyncio.to_thread(
-            OnlineFeatures, settings.feature_repo, settings.online_store, settings.feature_timeout_s
+            OnlineFeatures,
+            settings.feature_repo,
+            settings.online_store,
+            settings.feature_timeout_s,
+            settings.feature_reads,
         )
         triton = TritonClient(settings.triton_url, settings.triton_timeout_s)
         return cls(settings, Predictor(settings, triton, features), ApiKeys.from_settings(settings), models)

@@ -24,6 +24,9 @@ class GatewaySettings(BaseSettings):
     triton_timeout_s: float = Field(2.0, gt=0)
     spec_ttl_s: float = Field(30.0, ge=0)  # how often a model's version and feature list are re-read
     feature_timeout_s: float = Field(1.0, gt=0)
+    # SQLite reads on the event loop (fast) or in a worker thread (loop never blocked); see
+    # gateway/features.py. The Redis profile always reads asynchronously.
+    feature_reads: Literal["inline", "thread"] = "inline"
     # What to do when an entity has no online features: reject (404) or use the training
     # defaults (NaN, imputed by the model's preprocess) and flag the prediction.
     missing_entities: Literal["reject", "default"] = "reject"

@@ -394,3 +394,35 @@ def test_deadline_passing_gives_504(stack: Stack, tmp_path):
         assert response.status_code == 504, response.text
         assert response.json()["cause"] == "triton_timeout"
         assert time.monotonic() - start < 5
+
+
+@pytest.mark.parametrize("reads", ["inline", "thread"])
+def test_a_locked_sqlite_store_is_a_504_not_a_hang_and_the_gateway_recovers(stack: Stack, tmp_path, reads):
+    """A writer holding the SQLite online store (as a materialize run does) while requests come in.
+
+    inline reads wait out SQLite's busy timeout (5 s) on the event loop; thread reads give up at
+    the feature deadline (1 s here). Either way the client gets a 504 and the next request,
+    after the writer lets go, is served.
+    """
+    import sqlite3
+
+    env = gateway_env(stack, GATEWAY_FEATURE_READS=reads, GATEWAY_FEATURE_TIMEOUT_S="1.0")
+    with servers.gateway_process(tmp_path, env) as gw:
+        assert predict(gw, {"rows": ROWS[:1]}).status_code == 200
+        writer = sqlite3.connect(stack.feature_repo / "data" / "online_store.db", isolation_level=None)
+        try:
+            writer.execute("BEGIN EXCLUSIVE")
+            start = time.monotonic()
+            blocked = predict(gw, {"rows": ROWS[:1]})
+            took = time.monotonic() - start
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+        assert blocked.status_code == 504, blocked.text
+        assert blocked.json()["cause"] == "feature_timeout"
+        assert took < 8, f"a locked store took {took:.1f} s to answer"
+        after = predict(gw, {"rows": ROWS[:1]})
+        assert after.status_code == 200, after.text
+        np.testing.assert_allclose(
+            [p["score"] for p in after.json()["predictions"]], expected_scores(stack, ROWS[:1]), atol=1e-5
+        )
