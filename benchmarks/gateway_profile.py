@@ -26,7 +26,7 @@ from typing import Any
 
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
-        "feature read (Feast SDK + SQLite, incl. thread hand-off)",
+        "feature read (Feast SDK + SQLite, gateway/features.py)",
         ("/feast/", "/sqlite3/", "/gateway/features.py"),
     ),
     (
