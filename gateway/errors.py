@@ -68,6 +68,14 @@ class EntityNotFound(GatewayError):
     cause = "unknown_entity"
 
 
+class MethodNotAllowed(GatewayError):
+    """An HTTP method the route does not serve (HTTP only: gRPC has no methods to get wrong)."""
+
+    http_status = 405
+    grpc_code = grpc.StatusCode.UNIMPLEMENTED
+    cause = "method_not_allowed"
+
+
 class TooLarge(GatewayError):
     """Body or batch beyond the configured limits."""
 

@@ -151,6 +151,26 @@ def test_malformed_json_unknown_model_and_oversized_body(gateway: servers.Gatewa
     assert predict(gateway, {"rows": ROWS}).status_code == 200
 
 
+def test_wrong_method_wrong_path_and_a_chunked_oversized_body(gateway: servers.Gateway):
+    url = f"{gateway.url}/v1/models/{MODEL}/predict"
+    get = requests.get(url, timeout=10)
+    assert get.status_code == 405 and get.headers["Allow"] == "POST"
+    assert get.json()["cause"] == "method_not_allowed"
+    # A model name is one path segment; other paths are the framework's 404s.
+    assert requests.post(f"{gateway.url}/v1/models/a/b/predict", json={}, timeout=10).status_code == 404
+    assert requests.post(f"{gateway.url}/v1/models//predict", json={}, timeout=10).status_code == 404
+    assert requests.get(f"{gateway.url}/no/such/route", timeout=10).status_code == 404
+
+    def chunks():  # no Content-Length: the limit must hold while the body streams in
+        for _ in range(20):
+            yield b" " * 4096
+
+    chunked = requests.post(url, data=chunks(), timeout=10)
+    assert chunked.status_code == 413 and chunked.json()["cause"] == "too_large"
+    ok = predict(gateway, {"rows": ROWS})
+    assert ok.status_code == 200 and ok.headers["content-type"] == "application/json"
+
+
 def test_grpc_errors_carry_grpc_statuses(gateway: servers.Gateway):
     with pytest.raises(grpc.RpcError) as invalid:
         grpc_predict(gateway, [{"user_id": 17, "amount": 1.0, "hour": 1}])
