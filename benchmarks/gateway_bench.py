@@ -53,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--profile-seconds", type=int, default=5, help="py-spy seconds per transport, 0: none"
     )
     parser.add_argument("--profile-concurrency", type=int, default=16)
+    parser.add_argument(
+        "--online-store",
+        choices=("sqlite", "redis"),
+        default="sqlite",
+        help="the gateway's online store: SQLite (the default profile) or a redis-server started here",
+    )
 
 
 def build_stack(root: Path, say: Callable[[str], None]) -> tuple[Any, Any, Path]:
@@ -133,7 +139,32 @@ def time_feature_read(store: Any, rows: list[dict[str, Any]], seconds: float) ->
 
 
 @contextmanager
-def gateway(workdir: Path, triton_url: str, feature_repo: Path) -> Iterator[Any]:
+def online_store(repo: Path, kind: str, root: Path, say: Callable[[str], None]) -> Iterator[dict[str, str]]:
+    """The gateway's online-store settings; for ``redis``, a redis-server started here and the
+    features materialized into it (the SQLite store is always filled, by build_stack)."""
+    if kind == "sqlite":
+        yield {}
+        return
+    from datetime import UTC, datetime
+
+    import pytest
+
+    from feature_repo import store as feature_store
+    from tests import servers
+
+    try:
+        with servers.redis_server(root) as redis:
+            os.environ[feature_store.REDIS_ENV] = redis.address
+            say(f"gateway: redis-server on {redis.address}; feast apply + materialize into it")
+            feature_store.apply(repo, profile="redis")
+            feature_store.materialize(repo, end=datetime.now(UTC), profile="redis")
+            yield {"GATEWAY_ONLINE_STORE": "redis", "GATEWAY_REDIS_URL": redis.address}
+    except pytest.fail.Exception as exc:  # how tests.servers reports a server that did not start
+        raise GatewayBenchError(str(exc)[:2000]) from None
+
+
+@contextmanager
+def gateway(workdir: Path, triton_url: str, feature_repo: Path, store_env: dict[str, str]) -> Iterator[Any]:
     """``gateway serve`` as the tests start it, on free ports; stopped (SIGINT, then SIGKILL) on exit."""
     import pytest
 
@@ -145,6 +176,7 @@ def gateway(workdir: Path, triton_url: str, feature_repo: Path) -> Iterator[Any]
         "GATEWAY_MODELS": f'["{MODEL}"]',
         "GATEWAY_LOG_LEVEL": "warning",
         "PYTHONPATH": str(REPO_ROOT),  # feature_repo is imported from the checkout, whatever the cwd
+        **store_env,
     }
     # Importing Feast here set these (feast/metrics.py); inherited, they would switch the gateway's
     # prometheus_client to its slower multiprocess (mmap) values, which a user's gateway does not use.
@@ -401,10 +433,25 @@ def notes(points: list[dict[str, Any]], profiles: list[dict[str, Any]], cores: i
 
 def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """Everything in the module docstring; returns the ``gateway`` part of the results."""
-    from builder.runtime.server import TritonServer
-
     root.mkdir(parents=True, exist_ok=True)
-    store, trained, model_repo = build_stack(root, say)
+    _, trained, model_repo = build_stack(root, say)  # the SQLite store: _run opens the one served
+    with online_store(root / "feature_repo", args.online_store, root, say) as store_env:
+        return _run(args, runtime, root, say, store_env, trained, model_repo)
+
+
+def _run(
+    args: argparse.Namespace,
+    runtime: Any,
+    root: Path,
+    say: Callable[[str], None],
+    store_env: dict[str, str],
+    trained: Any,
+    model_repo: Path,
+) -> dict[str, Any]:
+    from builder.runtime.server import TritonServer
+    from feature_repo.store import open_store
+
+    store = open_store(root / "feature_repo", args.online_store)  # what the gateway reads
     rows, x = pick_rows(store, trained.columns, args.rows)
     say(f"gateway: {len(rows)} rows with online features; timing the Feast read alone")
     feature_read = time_feature_read(store, rows, args.feature_seconds)
@@ -419,7 +466,7 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
     server.start(timeout=180)
     try:
         assert server.pid is not None
-        with gateway(root, server.grpc_url, root / "feature_repo") as gw:
+        with gateway(root, server.grpc_url, root / "feature_repo", store_env) as gw:
             target = Target(server.grpc_url, ENSEMBLE, gw.http, gw.grpc, MODEL, server.pid, gw.proc.pid)
             check_answers(target, rows, x)
             # spawn, not fork: the client must not inherit MLflow, Feast or their threads.
@@ -449,7 +496,7 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
             "rounds": args.rounds,
             "warmup_s": args.warmup,
             "feature_seconds": args.feature_seconds,
-            "online_store": "sqlite",
+            "online_store": args.online_store,
             "load_generator": "benchmarks/gateway_loadgen.py (tritonclient.grpc.aio / aiohttp / grpc.aio, "
             "closed loop, own process)",
             "aim": AIM,

@@ -26,8 +26,8 @@ from typing import Any
 
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
-        "feature read (Feast SDK + SQLite, gateway/features.py)",
-        ("/feast/", "/sqlite3/", "/gateway/features.py"),
+        "feature read (Feast SDK + online store, gateway/features.py)",
+        ("/feast/", "/sqlite3/", "/redis/", "/gateway/features.py"),
     ),
     (
         "Triton call (tritonclient + grpc aio client)",

@@ -170,7 +170,8 @@ def gateway_markdown(g: dict[str, Any]) -> list[str]:
     lines = [
         "## (c) Gateway vs direct Triton, same rows, one row per request",
         "",
-        f"Model: {s['model']}; {s['rows']} entity rows with fresh online features (SQLite online store). "
+        f"Model: {s['model']}; {s['rows']} entity rows with fresh online features "
+        f"({'Redis' if s.get('online_store') == 'redis' else 'SQLite'} online store). "
         f"Each point: {s['rounds']} windows of {s['duration_s'] / s['rounds']:g} s after {s['warmup_s']:g} s "
         "warm-up, the three paths alternated A B C C B A. Δ = gateway − direct at the same concurrency.",
         "",
