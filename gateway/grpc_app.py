@@ -68,9 +68,10 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
             raise
         finally:
             metrics.IN_FLIGHT.dec()
-            metrics.REQUEST_SECONDS.labels("grpc_predict", request.model, status).observe(
-                time.perf_counter() - start
-            )
+            # unknown model names would explode label cardinality: record them as one label
+            known = status != "NOT_FOUND" or request.model in self.service.models
+            label = request.model if known else "other"
+            metrics.REQUEST_SECONDS.labels("grpc_predict", label, status).observe(time.perf_counter() - start)
 
 
 def create_server(service: Service, address: str) -> grpc.aio.Server:

@@ -228,6 +228,17 @@ def test_health_ready_and_metrics(gateway: servers.Gateway):
     assert "gateway_requests_in_flight" in text
 
 
+def test_unknown_model_names_do_not_become_metric_labels(gateway: servers.Gateway):
+    """Any client can send any model name: each must not grow a new time series."""
+    assert predict(gateway, {"rows": ROWS}, model="made-up-http").status_code == 404
+    with pytest.raises(grpc.RpcError):
+        grpc_predict(gateway, ROWS, model="made-up-grpc")
+    text = requests.get(f"{gateway.url}/metrics", timeout=5).text
+    assert "made-up" not in text
+    assert 'gateway_request_seconds_count{model="other",route="predict",status="404"}' in text
+    assert 'gateway_request_seconds_count{model="other",route="grpc_predict",status="NOT_FOUND"}' in text
+
+
 def test_logs_hold_no_feature_values_or_keys(stack: Stack, tmp_path):
     env = gateway_env(stack, GATEWAY_API_KEYS="s3cr3t-key-1")
     with servers.gateway_process(tmp_path, env) as gw:
