@@ -33,6 +33,7 @@ import numpy as np
 
 from benchmarks import gateway_profile, report
 from benchmarks.gateway_loadgen import MODES, Target, Window, measure, metric_key
+from benchmarks.loadgen import triton_version
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MODEL = "fraud-detector"
@@ -372,16 +373,6 @@ def profile(
             }
         )
     return profiles, f"py-spy {metadata.version('py-spy')}, {PROFILE_RATE_HZ} Hz, --gil --nonblocking"
-
-
-def triton_version(url: str) -> str:
-    import tritonclient.grpc as grpcclient
-
-    client = grpcclient.InferenceServerClient(url)
-    try:
-        return str(client.get_server_metadata(client_timeout=10).version)
-    finally:
-        client.close()
 
 
 def _version(pkg: str) -> str | None:

@@ -165,3 +165,14 @@ async def _measure(
         server_cpu_s=server_cpu,
         machine_cpu_s=machine_cpu,
     )
+
+
+def triton_version(url: str) -> str:
+    """The server's version string (Triton's metadata API), for the report."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        return str(client.get_server_metadata(client_timeout=10).version)
+    finally:
+        client.close()

@@ -175,16 +175,6 @@ def check_answers(url: str, registered: Any) -> None:
         client.close()
 
 
-def triton_version(url: str) -> str:
-    import tritonclient.grpc as grpcclient
-
-    client = grpcclient.InferenceServerClient(url)
-    try:
-        return str(client.get_server_metadata(client_timeout=10).version)
-    finally:
-        client.close()
-
-
 def measure_triton(
     url: str, server_pgid: int, registered: Any, args: argparse.Namespace
 ) -> list[dict[str, Any]]:
@@ -323,7 +313,7 @@ def run_triton(args: argparse.Namespace, runtime: Any, root: Path) -> dict[str, 
     try:
         assert server.pid is not None
         check_answers(server.grpc_url, registered)
-        version = triton_version(server.grpc_url)
+        version = loadgen.triton_version(server.grpc_url)
         # The server runs in its own session: its pid is the group of server + stubs.
         points = measure_triton(server.grpc_url, server.pid, registered, args)
     finally:

@@ -93,7 +93,6 @@ class PredictRoute:
             return
         start = time.perf_counter()
         metrics.IN_FLIGHT.inc()
-        status = 200
         try:
             status, body, headers = await self._answer(model, scope, receive)
         finally:
