@@ -4,37 +4,23 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from locust import FastHttpUser, task
-from locust.env import Environment
+from locust import task
 
 from loadtests.payloads import EntityRows
 from loadtests.responses import gateway_problem
-from loadtests.users.options import load_options, user_seed
+from loadtests.users.http_base import JsonHttpUser
+from loadtests.users.options import user_seed
 
 
-class GatewayUser(FastHttpUser):
+class GatewayUser(JsonHttpUser):
     """One client of the gateway: rows with random users/merchants from the feature repo's
     ranges, a request-time amount and hour; the answer must hold one prediction per row."""
-
-    connection_timeout = 5.0
-
-    def __init__(self, environment: Environment) -> None:
-        # before super().__init__: it builds the HTTP client from network_timeout
-        self.options = load_options(environment)
-        self.network_timeout = self.options.request_timeout
-        super().__init__(environment)
 
     def on_start(self) -> None:
         self.rows = EntityRows(
             self.options.user_ids, self.options.merchant_ids, seed=user_seed(self.options, "gateway")
         )
         self.path = f"/v1/models/{quote(self.options.model, safe='')}/predict"
-        self.headers = {"Content-Type": "application/json"}
-        if self.options.api_key:
-            self.headers["Authorization"] = f"Bearer {self.options.api_key}"
-
-    def wait_time(self) -> float:
-        return self.options.think_time
 
     @task
     def predict(self) -> None:

@@ -4,25 +4,17 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from locust import FastHttpUser, task
-from locust.env import Environment
+from locust import task
 
 from loadtests.responses import v2_problem
+from loadtests.users.http_base import JsonHttpUser
 from loadtests.users.model_inputs import http_metadata, model_inputs
-from loadtests.users.options import load_options, user_seed
+from loadtests.users.options import user_seed
 
 
-class TritonHttpUser(FastHttpUser):
+class TritonHttpUser(JsonHttpUser):
     """One v2 HTTP client of Triton (or of a KServe predictor): the input example, jittered,
     ``--rows-per-request`` rows per call; every output must have that many rows."""
-
-    connection_timeout = 5.0
-
-    def __init__(self, environment: Environment) -> None:
-        # before super().__init__: it builds the HTTP client from network_timeout
-        self.options = load_options(environment)
-        self.network_timeout = self.options.request_timeout
-        super().__init__(environment)
 
     def on_start(self) -> None:
         self.inputs = model_inputs(
@@ -32,12 +24,6 @@ class TritonHttpUser(FastHttpUser):
         )
         version = f"/versions/{quote(self.options.model_version)}" if self.options.model_version else ""
         self.path = f"/v2/models/{quote(self.options.model, safe='')}{version}/infer"
-        self.headers = {"Content-Type": "application/json"}
-        if self.options.api_key:
-            self.headers["Authorization"] = f"Bearer {self.options.api_key}"
-
-    def wait_time(self) -> float:
-        return self.options.think_time
 
     @task
     def infer(self) -> None:
