@@ -568,3 +568,19 @@ def test_the_reject_policy_refuses_any_entity_with_a_missing_value():
     assert [p.score for p in ok.predictions] == pytest.approx([0.1])
     assert isinstance(refused, EntityNotFound) and refused.field == "rows[1]"
     assert "merchant_category" in refused.message
+
+
+# -- the skew check's comparison ---------------------------------------------------------------
+
+
+def test_the_skew_check_compares_strings_exactly_and_numbers_as_the_model_sees_them():
+    from gateway.skew import _same
+
+    assert _same("string", "gold", "gold", 1e-6) and not _same("string", "gold", "Gold", 1e-6)
+    assert _same("string", "", None, 1e-6) and _same("string", "", math.nan, 1e-6)  # the stand-in
+    assert not _same("string", "", "gold", 1e-6)
+    # the served float32 of 0.1 is not 0.1, but it is what training's 0.1 becomes in the model
+    assert _same("float32", float(np.float32(0.1)), 0.1, 1e-9)
+    assert not _same("float32", 0.2, 0.1, 1e-6)
+    assert _same("float32", math.nan, None, 1e-6) and not _same("float32", 1.0, None, 1e-6)
+    assert _same("int64", 3, 3.0, 1e-6) and not _same("int64", 3, 4, 1e-6)
