@@ -124,9 +124,7 @@ def _merchant_stats(rng: np.random.Generator, n_merchants: int, times: pd.Dateti
             r = float(np.clip(risk[mid] + rng.normal(0.0, 0.03), 0.0, 1.0))
             rate = float(np.clip(0.1 * r + rng.normal(0.0, 0.005), 0.0, 1.0))
             rows.append((mid + 1, ts, round(r, 4), round(rate, 5), str(category[mid])))
-    df = pd.DataFrame(
-        rows, columns=["merchant_id", EVENT_TIMESTAMP, *MERCHANT_FEATURES]
-    )
+    df = pd.DataFrame(rows, columns=["merchant_id", EVENT_TIMESTAMP, *MERCHANT_FEATURES])
     df[CREATED_TIMESTAMP] = df[EVENT_TIMESTAMP] + CREATED_LAG
     return df
 

@@ -171,6 +171,7 @@ def test_feature_service_order_is_stable(
 ) -> None:
     path, _ = repo
     assert fr.feature_names(sqlite_store, "fraud_v1") == FRAUD_V1
+    assert fr.string_features(sqlite_store, "fraud_v1") == ["merchant_category"]
     assert fr.feature_refs(sqlite_store, "fraud_v1") == [
         *(f"user_stats:{n}" for n in USER_FEATURES),
         *(f"merchant_stats:{n}" for n in MERCHANT_FEATURES),
