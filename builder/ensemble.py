@@ -98,7 +98,11 @@ def ensemble_artifacts(
 ) -> list[ModelArtifact]:
     """The preprocess, postprocess and ensemble models around the exported model ``name``."""
     if len(model_inputs) != 1 or model_inputs[0].dtype != "float32":
-        raise UsageError("--ensemble needs a model with one float32 input (a tabular model)")
+        raise UsageError(
+            "--ensemble needs a model with one float32 input (all columns numeric)",
+            hint="a model with string columns carries its preprocessing in its graph: "
+            "export it without --ensemble",
+        )
     (raw,) = model_inputs
     by_name = {t.name: t for t in model_outputs}
     mbs = options.max_batch_size

@@ -22,6 +22,8 @@ _DTYPES: dict[str, tuple[str, int]] = {
     "int8": ("TYPE_INT8", TensorProto.INT8),
     "uint8": ("TYPE_UINT8", TensorProto.UINT8),
     "bool": ("TYPE_BOOL", TensorProto.BOOL),
+    # Strings travel as Triton BYTES (TYPE_STRING in a config); numpy holds them as objects.
+    "string": ("TYPE_STRING", TensorProto.STRING),
 }
 _FROM_ONNX = {onnx_type: name for name, (_, onnx_type) in _DTYPES.items()}
 _FROM_TRITON = {triton: name for name, (triton, _) in _DTYPES.items()}
@@ -46,6 +48,11 @@ def is_supported_dtype(dtype: str) -> bool:
     return dtype in _DTYPES
 
 
+def numpy_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype arrays of ``dtype`` have: ``object`` (Python str) for strings."""
+    return np.dtype(object) if dtype == "string" else np.dtype(dtype)
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """A named tensor: numpy dtype name and full shape, ``-1`` for a variable dimension.
@@ -61,9 +68,16 @@ class TensorSpec:
     def batched(self) -> bool:
         return len(self.shape) > 0 and self.shape[0] == -1
 
-    def sample(self, rows: int, rng: np.random.Generator) -> np.ndarray:
-        """Random values of this spec with ``rows`` in the batch dimension (for parity)."""
+    def sample(self, rows: int, rng: np.random.Generator, vocabulary: tuple[object, ...] = ()) -> np.ndarray:
+        """Random values of this spec with ``rows`` in the batch dimension (for parity).
+
+        Strings are drawn from ``vocabulary`` (what the model learned, e.g. a OneHotEncoder's
+        categories): random characters would only ever test the "unknown" path.
+        """
         shape = tuple(rows if i == 0 and d == -1 else (d if d > 0 else 1) for i, d in enumerate(self.shape))
+        if self.dtype == "string" or vocabulary:
+            words = np.array(vocabulary or ("",), dtype=object)
+            return np.array(rng.choice(words, size=shape), dtype=object).astype(numpy_dtype(self.dtype))
         if self.dtype == "bool":
             return rng.integers(0, 2, size=shape).astype(bool)
         if self.dtype.startswith("int") or self.dtype.startswith("uint"):

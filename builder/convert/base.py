@@ -11,6 +11,7 @@ import onnx
 from onnx import helper
 
 from builder.errors import ConversionError
+from builder.kinds import ModelKind
 from builder.signature import ModelInputs
 from builder.tensors import TensorSpec, dtype_from_onnx
 
@@ -23,13 +24,28 @@ FALLBACK_OPSET = 15
 
 
 class FlavorConverter(ABC):
-    """One MLflow flavor: load it natively, convert it to ONNX, predict natively for parity."""
+    """One MLflow flavor: load it natively, say what it is, convert it to ONNX, predict
+    natively for parity."""
 
     flavor: str
 
     @abstractmethod
     def load(self, local_path: Path) -> Any:
         """Load the native model through its MLflow flavor."""
+
+    def served_inputs(self, inputs: ModelInputs) -> ModelInputs:
+        """The inputs as this flavor's converter can take them (default: as signed)."""
+        return inputs
+
+    def describe(self, native: Any, inputs: ModelInputs) -> ModelKind:
+        """Binary/multi-class classifier (with its classes), regressor, or other; raise
+        ConversionError for a model the converters cannot express (e.g. a ranking objective)."""
+        return ModelKind("other")
+
+    def vocabulary(self, native: Any, inputs: ModelInputs) -> dict[str, tuple[Any, ...]]:
+        """Per string (or categorical integer) input: values the model learned (categories,
+        vocabulary words), from which parity rows are drawn. Empty when the model does not say."""
+        return {}
 
     @abstractmethod
     def to_onnx(self, native: Any, inputs: ModelInputs, opset: int) -> onnx.ModelProto:
@@ -40,6 +56,60 @@ class FlavorConverter(ABC):
         self, native: Any, feeds: dict[str, np.ndarray], inputs: ModelInputs
     ) -> dict[str, np.ndarray]:
         """Native outputs keyed by the ONNX output names, shaped like the ONNX outputs."""
+
+
+def native_frame(feeds: dict[str, np.ndarray], inputs: ModelInputs) -> Any:
+    """The served tensors as the native model's input: the DataFrame it was fitted on for
+    column-based signatures (names, order, dtypes), the single array for tensor ones.
+
+    Float columns are the float32 values widened to float64, so the native model sees exactly
+    what Triton will be sent; strings are Python str.
+    """
+    import pandas as pd
+
+    if inputs.layout == "matrix":
+        (tensor,) = inputs.tensors
+        return pd.DataFrame(feeds[tensor.name].astype(np.float64), columns=list(inputs.feature_names or ()))
+    if inputs.layout == "columns":
+        data: dict[str, Any] = {}
+        for column in inputs.columns:
+            values = feeds[column.name].reshape(-1)
+            if column.dtype == "float32":
+                values = values.astype(np.float64)
+            elif column.dtype == "string":
+                values = np.array([str(v) for v in values], dtype=object)
+            data[column.name] = values
+        return pd.DataFrame(data, columns=[c.name for c in inputs.columns])
+    if len(inputs.tensors) == 1:
+        return feeds[inputs.tensors[0].name]
+    raise ConversionError(f"{len(inputs.tensors)} input tensors: this flavor takes one")
+
+
+def float32_tensors(inputs: ModelInputs) -> ModelInputs:
+    """A float64 tensor signature served as float32: what the tree and linear converters all
+    compute in (several have no double kernels, e.g. HistGradientBoosting's TreeEnsemble)."""
+    if inputs.layout != "tensors":
+        return inputs
+    tensors = tuple(
+        TensorSpec(t.name, "float32", t.shape) if t.dtype == "float64" else t for t in inputs.tensors
+    )
+    return ModelInputs(layout=inputs.layout, tensors=tensors, columns=inputs.columns)
+
+
+def rename_outputs(model: onnx.ModelProto, names: dict[str, str]) -> onnx.ModelProto:
+    """Rename graph outputs (``variable`` -> ``prediction``), so every flavor answers with the
+    same output names (builder/kinds.py)."""
+    graph = model.graph
+    for old, new in names.items():
+        if old == new or old not in {o.name for o in graph.output}:
+            continue
+        for node in graph.node:
+            node.output[:] = [new if o == old else o for o in node.output]
+            node.input[:] = [new if i == old else i for i in node.input]
+        for out in graph.output:
+            if out.name == old:
+                out.name = new
+    return model
 
 
 def graph_tensors(values: Any) -> tuple[TensorSpec, ...]:

@@ -14,22 +14,26 @@ from typing import Any
 import numpy as np
 import onnx
 
-from builder.convert.base import FlavorConverter
-from builder.convert.sklearn import native_outputs, tabular_frame
+from builder.convert.base import FlavorConverter, float32_tensors, native_frame
+from builder.convert.sklearn import describe_estimator, native_outputs
 from builder.errors import ConversionError
+from builder.kinds import ModelKind
 from builder.signature import ModelInputs
 
 TREE_OPSET = 15
 
 
 class _BoostingConverter(FlavorConverter):
+    def served_inputs(self, inputs: ModelInputs) -> ModelInputs:
+        return float32_tensors(inputs)
+
+    def describe(self, native: Any, inputs: ModelInputs) -> ModelKind:
+        return describe_estimator(native, self.flavor)
+
     def predict(
         self, native: Any, feeds: dict[str, np.ndarray], inputs: ModelInputs
     ) -> dict[str, np.ndarray]:
-        if inputs.tabular:
-            return native_outputs(native, tabular_frame(feeds, inputs))
-        (tensor,) = inputs.tensors
-        return native_outputs(native, feeds[tensor.name])
+        return native_outputs(native, native_frame(feeds, inputs))
 
     def _convert(self, convert: Any, native: Any, inputs: ModelInputs, **kwargs: Any) -> onnx.ModelProto:
         from onnxmltools.convert.common.data_types import FloatTensorType

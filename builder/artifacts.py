@@ -1,0 +1,190 @@
+"""What an export writes for one model: config.pbtxt, model.onnx, warm-up rows, metadata.json.
+
+The serving contract (docs/serving-contract.md) is written here, once, into both the config's
+``parameters`` (for clients that only see Triton) and ``metadata.json`` (for tools that read
+the repository): input layout and columns, model kind, classes, output roles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+from builder import __version__
+from builder.config import onnx_model_config
+from builder.convert.base import graph_tensors
+from builder.errors import UsageError
+from builder.kinds import ModelKind
+from builder.registry import RegistryModel, tracking_uri
+from builder.repository import ModelArtifact
+from builder.signature import ModelInputs
+from builder.tensors import TensorSpec
+
+if TYPE_CHECKING:
+    from builder.export import ExportRequest
+    from builder.steps import ExportContext
+
+# ONNX operators that need a UTF-8 locale in the serving container (onnxruntime's
+# StringNormalizer builds one from its `locale` attribute).
+STRING_OPS = {"StringNormalizer", "Tokenizer"}
+
+
+def opset_of(model: onnx.ModelProto) -> int:
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
+def uses_string_ops(model: onnx.ModelProto) -> bool:
+    return any(n.op_type in STRING_OPS for n in model.graph.node)
+
+
+def decision_threshold(model: RegistryModel, kind: ModelKind) -> float | None:
+    """The run param ``decision_threshold`` of a binary classifier, if it has one."""
+    raw = model.run_params.get("decision_threshold")
+    if raw is None or kind.kind != "binary":
+        return None
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise UsageError(f"run param decision_threshold={raw!r} is not a number") from exc
+    if not 0.0 <= value <= 1.0:
+        raise UsageError(f"run param decision_threshold={raw} is outside [0, 1]")
+    return value
+
+
+def serving_facts(
+    model: RegistryModel, inputs: ModelInputs, kind: ModelKind, graph: onnx.ModelProto
+) -> dict[str, Any]:
+    """The serving contract as JSON values (metadata.json's ``serving``)."""
+    facts: dict[str, Any] = {"layout": inputs.layout}
+    if inputs.tabular:
+        facts["columns"] = [c.to_dict() for c in inputs.columns]
+        facts["feature_names"] = list(inputs.feature_names or ())
+    facts.update(kind.to_dict())
+    if kind.classes is None:
+        facts.pop("classes")
+    threshold = decision_threshold(model, kind)
+    if threshold is not None:
+        facts["decision_threshold"] = threshold
+    if uses_string_ops(graph):
+        facts["string_ops"] = True
+    return facts
+
+
+def serving_parameters(model: RegistryModel, facts: dict[str, Any]) -> dict[str, str]:
+    """Config parameters a client (the gateway) builds requests from: the serving facts and
+    the run's ``feast.*`` tags (feature service, entity keys, request-time fields)."""
+    params = {k: v for k, v in sorted(model.run_tags.items()) if k.startswith("feast.")}
+    for key, value in facts.items():
+        if isinstance(value, str):
+            params[f"serving.{key}"] = value
+        elif isinstance(value, bool):
+            params[f"serving.{key}"] = "true" if value else "false"
+        else:
+            params[f"serving.{key}"] = json.dumps(value)
+    return params
+
+
+def warmup_bytes(tensor: TensorSpec, row: np.ndarray) -> bytes:
+    """One row as Triton's warm-up ``input_data_file`` holds it: raw little-endian values, or
+    for strings its BYTES serialization (4-byte length + UTF-8 bytes per element)."""
+    if tensor.dtype == "string":
+        from tritonclient.utils import serialize_byte_tensor
+
+        serialized = serialize_byte_tensor(np.array([str(v).encode() for v in row.ravel()], dtype=object))
+        return bytes(serialized.item()) if serialized.size else b""
+    return np.ascontiguousarray(row).tobytes()
+
+
+def _identity(request: ExportRequest, model: RegistryModel) -> str:
+    """Same registry version, run, builder and conversion settings = the same export."""
+    key = {
+        "registered_name": model.registered_name,
+        "version": model.version,
+        "run_id": model.run_id,
+        "uri": model.uri.raw if model.version is None else None,
+        "builder_version": __version__,
+        "opset": request.opset,
+        # The ONNX model is the same whatever is built beside it (a plan has its own identity),
+        # and this keeps the identities of ONNX-only exports what they always were.
+        "formats": ["onnx"],
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
+    """The exported model's artifact, plus the ensemble's when asked."""
+    from builder.feeds import example_digest
+
+    request, model, inputs, graph = ctx.request, ctx.registry_model, ctx.served, ctx.graph
+    outputs = graph_tensors(graph.graph.output)
+    options = request.serving
+    if options.max_batch_size > 0 and not all(t.batched for t in (*inputs.tensors, *outputs)):
+        raise UsageError(
+            f"{model.ref} has tensors without a variable batch dimension; export with --max-batch-size 0"
+        )
+    facts = serving_facts(model, inputs, ctx.model_kind, graph)
+    params = serving_parameters(model, facts)
+    # Warm-up sends the first parity row (the input example's, when there is one).
+    first = ctx.parity_feeds.head(1)
+    warmup = {f"warmup/{t.name}": warmup_bytes(t, first[t.name]) for t in inputs.tensors}
+    config = onnx_model_config(
+        ctx.name,
+        inputs.tensors,
+        outputs,
+        options,
+        warmup_files={t.name: t.name for t in inputs.tensors} if options.warmup else None,
+        parameters=params,
+    )
+    onnx_bytes = graph.SerializeToString()
+    metadata = {
+        "builder_version": __version__,
+        "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "source": {
+            "uri": model.uri.raw,
+            "tracking_uri": tracking_uri(),
+            "registered_name": model.registered_name,
+            "version": model.version,
+            "run_id": model.run_id,
+            "flavor": model.flavor,
+        },
+        "signature": {
+            "inputs": [t.to_dict() for t in inputs.tensors],
+            "outputs": [t.to_dict() for t in outputs],
+            "feature_names": list(inputs.feature_names) if inputs.feature_names else None,
+        },
+        "serving": facts,
+        "input_example_sha256": example_digest(ctx.example) if ctx.example is not None else None,
+        "parity": ctx.parity_report.to_dict(),
+        "onnx": {"opset": opset_of(graph), "sha256": hashlib.sha256(onnx_bytes).hexdigest()},
+        # Run and version tags carry what serving needs to know from training, e.g. the Feast
+        # feature service and ordered feature list; MLflow's own bookkeeping tags are left out.
+        "tags": {
+            k: v for k, v in {**model.run_tags, **model.version_tags}.items() if not k.startswith("mlflow.")
+        },
+    }
+    artifacts = [
+        ModelArtifact(
+            name=ctx.name,
+            config=config,
+            version_files={"model.onnx": onnx_bytes},
+            model_files=warmup if options.warmup else {},
+            metadata=metadata,
+            identity=_identity(request, model),
+        )
+    ]
+    if request.ensemble:
+        from builder.ensemble import ensemble_artifacts, load_spec
+
+        spec = load_spec(model, request.ensemble_spec)
+        extra = ensemble_artifacts(ctx.name, inputs.tensors, outputs, spec, options, parameters=params)
+        for art in extra:
+            art.metadata.update(
+                {"source": metadata["source"], "ensemble_spec": spec.source, "builder_version": __version__}
+            )
+        artifacts += extra
+    return artifacts

@@ -1,0 +1,297 @@
+"""The export's steps over one context (after Model Navigator's execution context).
+
+``ExportContext`` is built once per export and filled in as the steps run: the registry
+model, its served inputs, the native model and what it is, the parity rows, the ONNX graph,
+the parity report, the artifacts, what was written. Each step reads what earlier steps left
+and returns one status line; nothing is loaded or run twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+from builder.artifacts import model_artifacts, opset_of
+from builder.convert import converter_for
+from builder.convert.base import FlavorConverter, check_model, graph_tensors, normalize_outputs
+from builder.errors import ConversionError, ParityError, UsageError
+from builder.feeds import Feeds, build_feeds, example_digest, example_tensors
+from builder.kinds import ModelKind
+from builder.names import validate_model_name
+from builder.parity import ParityReport, compare, require_pass, run_onnx
+from builder.registry import RegistryModel, fetch_model, tracking_uri
+from builder.repository import ModelArtifact, WriteResult, write_models
+from builder.signature import ModelInputs, inputs_from_signature
+from builder.uri import ModelURI
+
+if TYPE_CHECKING:
+    from builder.export import ExportRequest
+    from builder.tensorrt.plan import Preflight
+
+Timed = Callable[[str, Callable[[], Any], Callable[[Any], str]], Any]
+
+
+@dataclass
+class ExportContext:
+    request: ExportRequest
+    uri: ModelURI
+    name: str
+    workdir: Path
+    preflight: Preflight | None = None
+    # filled in by the steps, in this order
+    model: RegistryModel | None = None
+    converter: FlavorConverter | None = None
+    inputs: ModelInputs | None = None
+    native: Any = None
+    kind: ModelKind | None = None
+    example: dict[str, np.ndarray] | None = None
+    feeds: Feeds | None = None
+    onnx_model: onnx.ModelProto | None = None
+    parity: ParityReport | None = None
+    artifacts: list[ModelArtifact] = field(default_factory=list)
+    plan_parity: ParityReport | None = None
+    written: list[WriteResult] = field(default_factory=list)
+
+    # Typed views of what an earlier step must have set (a step run out of order is a bug).
+    @property
+    def registry_model(self) -> RegistryModel:
+        return _set(self.model, "model")
+
+    @property
+    def served(self) -> ModelInputs:
+        return _set(self.inputs, "inputs")
+
+    @property
+    def flavor(self) -> FlavorConverter:
+        return _set(self.converter, "converter")
+
+    @property
+    def parity_feeds(self) -> Feeds:
+        return _set(self.feeds, "feeds")
+
+    @property
+    def graph(self) -> onnx.ModelProto:
+        return _set(self.onnx_model, "onnx_model")
+
+    @property
+    def parity_report(self) -> ParityReport:
+        return _set(self.parity, "parity")
+
+    @property
+    def model_kind(self) -> ModelKind:
+        return _set(self.kind, "kind")
+
+    @property
+    def version(self) -> int:
+        return self.registry_model.version or 1
+
+
+def _set(value: Any, what: str) -> Any:
+    if value is None:
+        raise RuntimeError(f"export step ran before {what} was set")
+    return value
+
+
+class Step:
+    """One export step: ``title`` is its status line's name (None: it reports its own parts)."""
+
+    def title(self, ctx: ExportContext) -> str | None:
+        raise NotImplementedError
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        raise NotImplementedError
+
+
+class Resolve(Step):
+    def title(self, ctx: ExportContext) -> str:
+        return f"resolve {ctx.uri.raw} in {tracking_uri()}"
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        model = fetch_model(ctx.uri, ctx.workdir)
+        ctx.model = model
+        ctx.converter = converter_for(model.flavor, output_names=_output_names(model))
+        signed = inputs_from_signature(model.mlmodel.signature, model_ref=model.ref)
+        ctx.inputs = ctx.flavor.served_inputs(signed)
+        return f"{model.ref} ({model.flavor}, run {model.run_id[:8]}), {_layout_line(ctx.served)}"
+
+
+def _output_names(model: RegistryModel) -> list[str] | None:
+    """The signature's output names (a PyTorch module's outputs are named after them)."""
+    sig = model.mlmodel.signature
+    if sig is None or sig.outputs is None:
+        return None
+    names = [getattr(s, "name", None) for s in sig.outputs.inputs]
+    return [str(n) for n in names] if names and all(names) else None
+
+
+def _layout_line(inputs: ModelInputs) -> str:
+    if inputs.layout == "matrix":
+        return f"one float matrix of {len(inputs.columns)} columns"
+    if inputs.layout == "columns":
+        kinds = ", ".join(f"{c.name}:{c.dtype}" for c in inputs.columns[:6])
+        more = f", +{len(inputs.columns) - 6}" if len(inputs.columns) > 6 else ""
+        return f"{len(inputs.columns)} typed column inputs ({kinds}{more})"
+    return ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in inputs.tensors)
+
+
+class Load(Step):
+    def title(self, ctx: ExportContext) -> str:
+        return "load native model"
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        model = ctx.registry_model
+        try:
+            ctx.native = ctx.flavor.load(model.local_path)
+        except ConversionError:
+            raise
+        except Exception as exc:  # a corrupted artifact surfaces as whatever its loader raises
+            raise ConversionError(
+                f"{model.ref}: the {model.flavor} model artifact cannot be loaded: "
+                f"{type(exc).__name__}: {str(exc).strip()[:200]}",
+                hint="the artifact may be corrupted or need a library version this environment lacks",
+            ) from exc
+        ctx.kind = ctx.flavor.describe(ctx.native, ctx.served)
+        try:
+            raw = model.mlmodel.load_input_example(str(model.local_path))
+        except Exception:  # an unreadable example is not fatal: parity falls back to generated rows
+            raw = None
+        ctx.example = example_tensors(raw, ctx.served)
+        return f"{model.flavor}, {_kind_line(ctx.model_kind)}"
+
+
+def _kind_line(kind: ModelKind) -> str:
+    if kind.is_classifier:
+        shown = ", ".join(map(repr, (kind.classes or ())[:5]))
+        more = ", ..." if len(kind.classes or ()) > 5 else ""
+        return f"{kind.kind} classifier (classes {shown}{more})"
+    return "regressor" if kind.kind == "regression" else "outputs passed through by name"
+
+
+class ParityRows(Step):
+    def title(self, ctx: ExportContext) -> str:
+        return "build parity rows"
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        vocabulary = ctx.flavor.vocabulary(ctx.native, ctx.served) if ctx.served.layout == "columns" else {}
+        ctx.feeds = build_feeds(ctx.served, ctx.example, vocabulary, ctx.request.parity_rows)
+        learned = sum(len(v) for v in vocabulary.values())
+        note = f", strings from {learned} learned values" if ctx.served.has_strings else ""
+        return f"{ctx.parity_feeds.rows} rows ({ctx.parity_feeds.source}{note})"
+
+
+class Convert(Step):
+    def title(self, ctx: ExportContext) -> str:
+        return "convert to ONNX"
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        ref = ctx.registry_model.ref
+        graph = check_model(ctx.flavor.to_onnx(ctx.native, ctx.served, ctx.request.opset), ref)
+        expected = {t.name for t in ctx.served.tensors}
+        actual = {t.name for t in graph_tensors(graph.graph.input)}
+        if expected != actual:
+            raise ConversionError(
+                f"{ref}: ONNX inputs {sorted(actual)} do not match the signature's {sorted(expected)}"
+            )
+        # Output shapes are re-declared from a run on real rows (the first parity rows).
+        ctx.onnx_model = check_model(normalize_outputs(graph, ctx.parity_feeds.head(3)), ref)
+        return f"opset {opset_of(ctx.graph)}, {len(ctx.graph.graph.node)} nodes"
+
+
+class Parity(Step):
+    def title(self, ctx: ExportContext) -> str:
+        return "check parity"
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        feeds, ref = ctx.parity_feeds, ctx.registry_model.ref
+        try:
+            native = ctx.flavor.predict(ctx.native, feeds.arrays, ctx.served)
+        except Exception as exc:  # the native model refusing its own kind of input
+            raise ParityError(
+                f"{ref}: the native model failed on the parity rows: {type(exc).__name__}: "
+                f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}",
+                hint="check the input example matches what the model was trained on",
+            ) from exc
+        try:
+            converted = run_onnx(ctx.graph, feeds.arrays)
+        except Exception as exc:  # onnxruntime refusing the graph or the rows
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            raise ConversionError(f"{ref}: ONNX Runtime cannot run the converted graph: {first}") from exc
+        report = compare(
+            converted,
+            native,
+            rows=feeds.rows,
+            source=feeds.source,
+            atol=ctx.request.atol,
+            rtol=ctx.request.rtol,
+        )
+        ctx.parity = report
+        require_pass(report, ref)
+        worst = max((o.max_abs_err for o in report.outputs), default=0.0)
+        return f"pass: {report.rows} rows ({report.source}), max abs err {worst:.2g}"
+
+
+class Describe(Step):
+    def title(self, ctx: ExportContext) -> str:
+        return "describe config and metadata"
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        ctx.artifacts = model_artifacts(ctx)
+        return ", ".join(a.name for a in ctx.artifacts)
+
+
+class Plan(Step):
+    """``--format tensorrt``: NAME becomes the plan; ``all``: NAME stays ONNX, NAME_trt is the plan."""
+
+    def title(self, ctx: ExportContext) -> None:
+        return None
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        from builder.tensorrt.plan import plan_artifact
+
+        if ctx.served.has_strings:
+            raise UsageError(
+                f"{ctx.registry_model.ref} takes string inputs, which a TensorRT engine cannot",
+                hint="export it with --format onnx",
+            )
+        onnx_artifact, rest = ctx.artifacts[0], ctx.artifacts[1:]
+        both = "onnx" in ctx.request.formats
+        feeds = ctx.parity_feeds
+        plan, ctx.plan_parity = plan_artifact(
+            _set(ctx.preflight, "preflight"),
+            name=validate_model_name(f"{ctx.name}_trt") if both else ctx.name,
+            model_ref=ctx.registry_model.ref,
+            onnx_artifact=onnx_artifact,
+            onnx_model=ctx.graph,
+            feeds=feeds.arrays,
+            source=feeds.source,
+            example=ctx.example,
+            serving=ctx.request.serving,
+            workdir=ctx.workdir / "tensorrt",
+            run=timed,
+        )
+        ctx.artifacts = [*([onnx_artifact] if both else []), plan, *rest]
+        return plan.name
+
+
+class Write(Step):
+    def title(self, ctx: ExportContext) -> str:
+        return f"write {ctx.request.repo}"
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        ctx.written = write_models(ctx.request.repo, ctx.version, ctx.artifacts, force=ctx.request.force)
+        return ", ".join(f"{w.name}/{w.version} {w.status}" for w in ctx.written)
+
+
+def pipeline(ctx: ExportContext) -> list[Step]:
+    steps: list[Step] = [Resolve(), Load(), ParityRows(), Convert(), Parity(), Describe()]
+    if ctx.preflight is not None:
+        steps.append(Plan())
+    return [*steps, Write()]
+
+
+__all__ = ["ExportContext", "Step", "example_digest", "pipeline"]
