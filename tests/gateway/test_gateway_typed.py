@@ -44,7 +44,6 @@ class TypedStack:
     store: Any
     models: dict[str, Any]  # registered name -> the native Pipeline
     triton: Any
-    export_errors: dict[str, str]  # registered name -> why the builder refused it
 
 
 def _feature_repo(root: Path) -> Any:
@@ -186,15 +185,8 @@ def typed_stack(
     store, snapshot = _feature_repo(root / "feature_repo")
     models = _train(_training_frame(snapshot))
     model_repo = root / "model_repo"
-    errors: dict[str, str] = {}
     for name in models:
-        try:
-            export_model(ExportRequest(f"models:/{name}@champion", model_repo))
-        except Exception as exc:
-            if name != NAMED:
-                raise
-            # string class labels are the builder's to export; until it can, that test says so
-            errors[name] = f"{type(exc).__name__}: {exc}"
+        export_model(ExportRequest(f"models:/{name}@champion", model_repo))
     triton = TritonServer(
         model_repo,
         runtime=triton_runtime,
@@ -204,7 +196,7 @@ def typed_stack(
     )
     triton.start(timeout=180)
     try:
-        yield TypedStack(root / "feature_repo", store, models, triton, errors)
+        yield TypedStack(root / "feature_repo", store, models, triton)
     finally:
         triton.stop()
 
@@ -316,8 +308,6 @@ def test_a_regressor_answers_the_native_value(typed_stack: TypedStack, typed_gat
 def test_a_multiclass_model_answers_labels_of_its_classes_type_and_its_classes_once(
     typed_stack: TypedStack, typed_gateway: servers.Gateway, model: str
 ):
-    if model in typed_stack.export_errors:
-        pytest.xfail(f"the builder cannot export this model yet: {typed_stack.export_errors[model]}")
     response = predict(typed_gateway, model, {"rows": ROWS})
     assert response.status_code == 200, response.text
     body = response.json()
