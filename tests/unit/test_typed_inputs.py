@@ -109,3 +109,24 @@ def test_string_labels_must_be_equal():
     assert same.passed
     differs = compare({"label": np.array([["high"], ["mid"]], dtype=object)}, native, rows=2, source="x")
     assert not differs.passed and differs.outputs[0].mismatches == 1
+
+
+def test_a_string_imputer_with_a_nan_marker_is_refused_with_the_form_that_converts():
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder
+
+    from builder.convert.sklearn import SklearnConverter
+
+    frame = pd.DataFrame({"c": ["a", "b", None, "a"] * 5, "x": np.arange(20.0)})
+    strings = make_pipeline(SimpleImputer(strategy="most_frequent"), OneHotEncoder())
+    model = make_pipeline(
+        ColumnTransformer([("c", strings, ["c"]), ("x", "passthrough", ["x"])]), LogisticRegression()
+    ).fit(frame, [0, 1] * 10)
+    inputs = inputs_from_signature(infer_signature(frame), model_ref="m")
+    with pytest.raises(ConversionError) as refused:
+        SklearnConverter().to_onnx(model, inputs, 17)
+    assert "ColumnTransformer -> LogisticRegression" in refused.value.message
+    assert refused.value.hint and "missing_values=''" in refused.value.hint
