@@ -37,7 +37,17 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("metrics (prometheus_client)", ("/prometheus_client/", "/gateway/metrics.py")),
     (
         "gateway core (validate, assemble, results)",
-        ("/gateway/core.py", "/gateway/auth.py", "/gateway/errors.py"),
+        (
+            "/gateway/core.py",
+            "/gateway/batching.py",
+            "/gateway/request.py",
+            "/gateway/values.py",
+            "/gateway/catalog.py",
+            "/gateway/assemble.py",
+            "/gateway/responses.py",
+            "/gateway/auth.py",
+            "/gateway/errors.py",
+        ),
     ),
     (
         "HTTP stack (uvicorn, httptools, Starlette, FastAPI)",
