@@ -93,8 +93,11 @@ def _frame(frame: str) -> tuple[str, str]:
     return func, path.rstrip(")")
 
 
+_CHECKOUT = str(Path(__file__).resolve().parent.parent) + "/"  # the gateway runs from this checkout
+
+
 def _short(path: str) -> str:
-    for marker in ("site-packages/", "/lib/python3.", "/work/main/"):
+    for marker in ("site-packages/", "/lib/python3.", _CHECKOUT):
         if marker in path:
             path = path.split(marker, 1)[1]
             return path.split("/", 1)[1] if marker == "/lib/python3." else path
