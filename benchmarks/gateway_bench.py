@@ -2,16 +2,23 @@
 
 Builds the stack the gateway tests build (tests/gateway/conftest.py), in a temporary folder:
 a copy of ``feature_repo/`` with generated data (``feast apply`` + materialize) → the
-``fraud-detector`` model trained from its historical features and registered → exported with its
-ensemble → the embedded Triton → ``gateway serve`` as a subprocess (``tests.servers``). Then:
+``fraud-detector`` model (``demo.train``: a scikit-learn Pipeline that imputes and scales the
+numeric columns and one-hots ``channel`` and ``merchant_category``, then gradient boosting) trained
+from its historical features and registered → exported without an ensemble (layout ``columns``:
+one ``[1]`` input per column, TYPE_FP32 or TYPE_STRING; docs/serving-contract.md) → the embedded
+Triton → ``gateway serve`` as a subprocess (``tests.servers``). Then:
 
-1. picks rows whose user and merchant both have fresh online features (others answer 404);
+1. picks rows whose user and merchant both have fresh online features (others answer 404), each
+   with its transaction's request fields (``amount``, ``hour``, ``channel``);
 2. times the Feast online read alone, in-process (``get_online_features`` for ``fraud_v1``);
-3. checks that direct Triton, the gateway's HTTP and its gRPC give the same scores on those rows;
-4. at each concurrency drives direct Triton gRPC (the assembled row to the ensemble), gateway HTTP
+3. reads the served model as the gateway does (``gateway.catalog.spec_from_config`` on Triton's
+   config) and assembles the rows' inputs with ``gateway.assemble``: what direct Triton is sent;
+4. checks that direct Triton agrees with the sklearn Pipeline, and the gateway's HTTP and gRPC
+   scores with direct Triton's, on those rows;
+5. at each concurrency drives direct Triton gRPC (the assembled inputs to the model), gateway HTTP
    and gateway gRPC, alternated A B C C B A, in a separate client process (gateway_loadgen.py),
    reading the gateway's ``/metrics`` histograms at the window edges;
-5. profiles the gateway with py-spy under a steady HTTP and gRPC load, when py-spy is installed.
+6. profiles the gateway with py-spy under a steady HTTP and gRPC load, when py-spy is installed.
 """
 
 from __future__ import annotations
@@ -27,17 +34,19 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from benchmarks import gateway_profile, report
-from benchmarks.gateway_loadgen import MODES, Target, Window, measure, metric_key
+from benchmarks.gateway_loadgen import MODES, Target, Window, measure, metric_key, proto_value
 from benchmarks.loadgen import triton_version
 
+if TYPE_CHECKING:
+    from gateway.catalog import ModelSpec
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MODEL = "fraud-detector"
-ENSEMBLE = f"{MODEL}_ensemble"
+MODEL = "fraud-detector"  # the gateway's name and the Triton model's: no ensemble in front
 AIM = {"concurrency": 16, "p50_ms": 1.0, "p99_ms": 3.0, "throughput_ratio": 0.5}
 VERSIONED = ("feast", "fastapi", "uvicorn", "grpcio", "aiohttp", "py-spy")
 PROFILE_RATE_HZ = 100
@@ -73,19 +82,21 @@ def build_stack(root: Path, say: Callable[[str], None]) -> tuple[Any, Any, Path]
     repo = root / "feature_repo"
     shutil.copytree(REPO_ROOT / "feature_repo", repo, ignore=shutil.ignore_patterns("data", "__pycache__"))
     store = prepare_feature_store(repo)
-    say(f"gateway: training {MODEL} from historical features, registering, exporting with its ensemble")
+    say(f"gateway: training {MODEL} from historical features, registering, exporting it (no ensemble)")
     experiment = mlflow.get_experiment_by_name("bench")  # run.py's throwaway registry
     assert experiment is not None
     trained = train_and_register(store, MODEL, experiment.experiment_id, n_estimators=20)
     model_repo = root / "model_repo"
-    export_model(ExportRequest(f"models:/{MODEL}@champion", model_repo, ensemble=True))
+    # No ensemble: the Pipeline takes typed columns (strings included), one input each.
+    export_model(ExportRequest(f"models:/{MODEL}@champion", model_repo))
     return store, trained, model_repo
 
 
-def pick_rows(store: Any, columns: list[str], n: int) -> tuple[list[dict[str, Any]], np.ndarray]:
+def pick_rows(store: Any, columns: list[str], n: int) -> tuple[list[dict[str, Any]], dict[str, list[Any]]]:
     """``n`` transactions whose user and merchant both have every online feature, as gateway rows
-    (entity keys + request fields) and as the assembled model input (training column order)."""
-    from demo.train import ENTITY_KEYS, REQUEST_FIELDS
+    (entity keys + request fields) and their online features (name -> one value per row, as the
+    store returned them)."""
+    from demo.train import ENTITY_KEYS, REQUEST_FIELDS, STRING_REQUEST_FIELDS
     from feature_repo.store import SERVICE, load_transactions
 
     tx = load_transactions(store).drop_duplicates(ENTITY_KEYS).sample(frac=1.0, random_state=0)
@@ -95,17 +106,53 @@ def pick_rows(store: Any, columns: list[str], n: int) -> tuple[list[dict[str, An
         features=store.get_feature_service(SERVICE), entity_rows=keys
     ).to_dict()
     features = [c for c in columns if c not in REQUEST_FIELDS]
+    kinds = {"amount": float, "hour": int, **dict.fromkeys(STRING_REQUEST_FIELDS, str)}
     rows: list[dict[str, Any]] = []
-    x: list[list[float]] = []
+    values: dict[str, list[Any]] = {f: [] for f in features}
     for i, r in enumerate(tx.to_dict("records")):
         if len(rows) == n:
             break
         if all(online[f][i] is not None for f in features):
-            rows.append({**keys[i], "amount": float(r["amount"]), "hour": int(r["hour"])})
-            x.append([rows[-1][c] if c in REQUEST_FIELDS else online[c][i] for c in columns])
+            rows.append({**keys[i], **{f: kinds[f](r[f]) for f in REQUEST_FIELDS}})
+            for f in features:
+                values[f].append(online[f][i])
     if len(rows) < min(n, 8):
         raise GatewayBenchError(f"only {len(rows)} of {len(keys)} sampled entities have online features")
-    return rows, np.asarray(x, dtype=np.float32)
+    return rows, values
+
+
+def model_spec(triton_url: str, feature_repo: Path, online_store: str) -> ModelSpec:
+    """The served model as the gateway reads it: Triton's config (the parameters ``builder export``
+    wrote) and the feature service's join-key types, through the gateway's own code."""
+    import tritonclient.grpc as grpcclient
+
+    from gateway.catalog import feature_service_of, spec_from_config
+    from gateway.features import OnlineFeatures
+
+    client = grpcclient.InferenceServerClient(triton_url)
+    try:
+        config = client.get_model_config(MODEL, as_json=True, client_timeout=10)["config"]
+        meta = client.get_model_metadata(MODEL, as_json=True, client_timeout=10)
+    finally:
+        client.close()
+    version = str(max(meta.get("versions") or ["1"], key=int))
+    features = OnlineFeatures(feature_repo, online_store, timeout_s=10.0)
+    key_types = features.entity_key_types(feature_service_of(MODEL, config))
+    spec = spec_from_config(MODEL, MODEL, version, config, key_types)
+    if spec.kind != "binary" or spec.roles.probabilities is None:
+        raise GatewayBenchError(f"{MODEL} is a {spec.kind} model; the benchmark times a binary classifier")
+    return spec
+
+
+def direct_inputs(
+    spec: ModelSpec, rows: list[dict[str, Any]], online: dict[str, list[Any]]
+) -> dict[str, np.ndarray]:
+    """Every row's Triton inputs by name, ``[N, ...]``, assembled as the gateway assembles them
+    (``gateway.assemble``; strings are object arrays, sent as BYTES)."""
+    from gateway.assemble import assemble_input
+
+    request_values = [{f: r[f] for f in spec.request_fields} for r in rows]
+    return assemble_input(spec, request_values, online, len(rows))
 
 
 def time_feature_read(store: Any, rows: list[dict[str, Any]], seconds: float) -> list[dict[str, Any]]:
@@ -190,22 +237,37 @@ def gateway(workdir: Path, triton_url: str, feature_repo: Path, store_env: dict[
         raise GatewayBenchError(f"the gateway did not start: {str(exc)[:2000]}") from None
 
 
-def check_answers(target: Target, rows: list[dict[str, Any]], x: np.ndarray) -> None:
-    """Refuse to time paths that disagree: direct Triton, gateway HTTP and gRPC, same scores."""
+def check_answers(
+    target: Target,
+    rows: list[dict[str, Any]],
+    online: dict[str, list[Any]],
+    x: dict[str, np.ndarray],
+    trained: Any,
+) -> None:
+    """Refuse to time paths that disagree: direct Triton must match the sklearn Pipeline on the
+    same rows (so the shared assembly is right), gateway HTTP and gRPC must match direct Triton."""
     import grpc
     import requests
     import tritonclient.grpc as grpcclient
 
     from gateway.proto import gateway_pb2_grpc
-    from gateway.proto.gateway_pb2 import PredictRequest, Row, Value
+    from gateway.proto.gateway_pb2 import PredictRequest, Row
+    from gateway.triton import infer_inputs  # tritonclient's InferInput, shared by grpc and grpc.aio
 
     client = grpcclient.InferenceServerClient(target.triton_url)
     try:
-        inp = grpcclient.InferInput("input", list(x.shape), "FP32")
-        inp.set_data_from_numpy(x)
-        direct = client.infer(target.ensemble, [inp], client_timeout=10).as_numpy("score")[:, 0]
+        outputs = [grpcclient.InferRequestedOutput(o) for o in target.outputs]
+        result = client.infer(target.triton_model, infer_inputs(x), outputs=outputs, client_timeout=10)
+        direct = result.as_numpy(target.score_output)[:, 1].astype(np.float64)
     finally:
         client.close()
+    frame = trained.input_frame([{**r, **{f: v[i] for f, v in online.items()}} for i, r in enumerate(rows)])
+    native = trained.model.predict_proba(frame)[:, 1]
+    error = float(np.abs(direct - native).max())
+    if not error <= 1e-4:  # float32 ONNX vs float64 sklearn; also catches NaN
+        raise GatewayBenchError(
+            f"direct Triton disagrees with the sklearn Pipeline: max abs error {error:.2g}"
+        )
     resp = requests.post(
         f"http://{target.gateway_http}/v1/models/{MODEL}/predict", json={"rows": rows}, timeout=10
     )
@@ -213,16 +275,7 @@ def check_answers(target: Target, rows: list[dict[str, Any]], x: np.ndarray) -> 
         raise GatewayBenchError(f"gateway HTTP answered {resp.status_code}: {resp.text[:300]}")
     http = np.array([p["score"] for p in resp.json()["predictions"]])
     request = PredictRequest(
-        model=MODEL,
-        rows=[
-            Row(
-                fields={
-                    k: Value(int_value=v) if isinstance(v, int) else Value(double_value=v)
-                    for k, v in r.items()
-                }
-            )
-            for r in rows
-        ],
+        model=MODEL, rows=[Row(fields={k: proto_value(v) for k, v in r.items()}) for r in rows]
     )
     with grpc.insecure_channel(target.gateway_grpc) as channel:
         reply = gateway_pb2_grpc.GatewayStub(channel).Predict(request, timeout=10)
@@ -314,7 +367,7 @@ def measure_points(
     pool: ProcessPoolExecutor,
     target: Target,
     rows: list[dict[str, Any]],
-    x: np.ndarray,
+    x: dict[str, np.ndarray],
     args: argparse.Namespace,
     say: Callable[[str], None],
 ) -> list[dict[str, Any]]:
@@ -334,7 +387,7 @@ def profile(
     target: Target,
     gateway_pid: int,
     rows: list[dict[str, Any]],
-    x: np.ndarray,
+    x: dict[str, np.ndarray],
     args: argparse.Namespace,
     out_dir: Path,
     say: Callable[[str], None],
@@ -402,9 +455,10 @@ def notes(points: list[dict[str, Any]], profiles: list[dict[str, Any]], cores: i
         f"all: {limit} Direct Triton at concurrency {direct['concurrency']} had {busy(direct):.1f} cores "
         f"busy, {direct['client_cores']:.2f} of them its client's: where that saturates, the direct rate is "
         "understated and the gateway/direct ratio flattered, not hurt.",
-        "Same rows on every path: entities with fresh online features; direct Triton gets the row the "
-        "gateway would assemble. Each client decodes the score from the answer. Closed loop, one row per "
-        "request, latency client-side (perf_counter_ns).",
+        "Same rows on every path: entities with fresh online features; direct Triton gets the typed inputs "
+        "the gateway would assemble (gateway/assemble.py: one [1, 1] input per column, FP32 or BYTES) and "
+        "is asked for the same outputs (label, probabilities). Each client decodes the score from the "
+        "answer. Closed loop, one row per request, latency client-side (perf_counter_ns).",
         "Gateway request / feature fetch / Triton call are the gateway's own histograms (/metrics), means "
         "per request from _sum/_count deltas over the measured windows; 'rest' = request − fetch − Triton "
         "(validation, input assembly, result building, metrics inside the handler); client mean − gateway "
@@ -443,7 +497,7 @@ def _run(
     from feature_repo.store import open_store
 
     store = open_store(root / "feature_repo", args.online_store)  # what the gateway reads
-    rows, x = pick_rows(store, trained.columns, args.rows)
+    rows, online = pick_rows(store, trained.columns, args.rows)
     say(f"gateway: {len(rows)} rows with online features; timing the Feast read alone")
     feature_read = time_feature_read(store, rows, args.feature_seconds)
     server = TritonServer(
@@ -457,9 +511,22 @@ def _run(
     server.start(timeout=180)
     try:
         assert server.pid is not None
+        spec = model_spec(server.grpc_url, root / "feature_repo", args.online_store)
+        x = direct_inputs(spec, rows, online)
         with gateway(root, server.grpc_url, root / "feature_repo", store_env) as gw:
-            target = Target(server.grpc_url, ENSEMBLE, gw.http, gw.grpc, MODEL, server.pid, gw.proc.pid)
-            check_answers(target, rows, x)
+            assert spec.roles.probabilities is not None  # model_spec checked it
+            target = Target(
+                triton_url=server.grpc_url,
+                triton_model=spec.triton_model,
+                outputs=spec.outputs,
+                score_output=spec.roles.probabilities,
+                gateway_http=gw.http,
+                gateway_grpc=gw.grpc,
+                model=MODEL,
+                triton_pgid=server.pid,
+                gateway_pgid=gw.proc.pid,
+            )
+            check_answers(target, rows, online, x, trained)
             # spawn, not fork: the client must not inherit MLflow, Feast or their threads.
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
@@ -478,9 +545,14 @@ def _run(
     return {
         "triton_version": version,
         "settings": {
-            "model": f"{MODEL} (GradientBoosting, 20 trees, depth 3) behind {ENSEMBLE} "
-            "(preprocess → model → postprocess, Python backend)",
+            "model": f"{MODEL} (scikit-learn Pipeline: median-impute + scale the numeric columns, one-hot "
+            f"{' and '.join(trained.string_columns)} → GradientBoosting, 20 trees, depth 3), exported "
+            f"without an ensemble: layout {spec.layout}, {len(x)} Triton inputs "
+            f"({sum(a.dtype == object for a in x.values())} BYTES), outputs {', '.join(spec.outputs)}",
             "features": trained.columns,
+            "triton_model": spec.triton_model,
+            "inputs": {name: "BYTES" if a.dtype == object else str(a.dtype) for name, a in x.items()},
+            "outputs": list(spec.outputs),
             "rows": len(rows),
             "concurrency": args.concurrency,
             "duration_s": args.duration,

@@ -2,10 +2,12 @@
 
 One harness drives all three paths, so they differ only in the request each client sends:
 
-- ``triton``: ``tritonclient.grpc.aio`` to the ensemble, with the feature row already assembled
-  (what a caller that had the features itself would send);
-- ``http``: ``POST /v1/models/{model}/predict`` with one row (entity keys + request fields), aiohttp,
-  one keep-alive connection per client;
+- ``triton``: ``tritonclient.grpc.aio`` to the model, with the inputs the gateway would send
+  already assembled (``gateway/assemble.py``: one ``[1, 1]`` input per column, FP32, or BYTES for
+  a string column; built by the gateway's own ``gateway.triton.infer_inputs``), asking for the
+  outputs the gateway asks for: what a caller that had the features itself would send;
+- ``http``: ``POST /v1/models/{model}/predict`` with one row (entity keys + request fields, the
+  string ``channel`` included), aiohttp, one keep-alive connection per client;
 - ``grpc``: the gateway's ``Predict`` (gateway/proto), one row, one HTTP/2 channel for all clients.
 
 Each client decodes the score from the answer, as a real caller would. Like ``loadgen.py`` it runs in
@@ -18,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -29,13 +31,14 @@ from benchmarks.loadgen import group_cpu_seconds, machine_cpu_seconds
 
 _TIMEOUT_S = 10.0  # every call has a deadline; a stuck server shows up as errors, not a hang
 MODES = ("triton", "http", "grpc")
-OUTPUTS = ("probabilities", "score", "label")  # what the gateway asks the ensemble for
 
 
 @dataclass(frozen=True)
 class Target:
     triton_url: str  # Triton gRPC host:port
-    ensemble: str  # the Triton model the gateway calls
+    triton_model: str  # the Triton model the gateway calls
+    outputs: tuple[str, ...]  # what the gateway asks it for (its ModelSpec's outputs)
+    score_output: str  # the [N, C] probabilities output; column 1 is the binary score
     gateway_http: str  # host:port
     gateway_grpc: str
     model: str  # the gateway's model name
@@ -61,13 +64,14 @@ def measure(
     mode: str,
     target: Target,
     rows: list[dict[str, Any]],
-    x: np.ndarray,
+    x: Mapping[str, np.ndarray],
     concurrency: int,
     warmup_s: float,
     seconds: float,
 ) -> Window:
-    """``concurrency`` closed-loop clients on ``mode``; rows[i] (gateway) and x[i] (Triton) are
-    the same request. The first ``warmup_s`` are not counted."""
+    """``concurrency`` closed-loop clients on ``mode``; rows[i] (gateway) and row i of every
+    array in ``x`` (Triton's inputs by name, ``[N, 1]`` each) are the same request. The first
+    ``warmup_s`` are not counted."""
     return asyncio.run(_measure(mode, target, rows, x, concurrency, warmup_s, seconds))
 
 
@@ -87,27 +91,48 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
+def proto_value(v: Any) -> Any:
+    """A row field as the gateway's protobuf ``Value`` (bool before int: True is an int too)."""
+    from gateway.proto import gateway_pb2
+
+    if isinstance(v, bool):
+        return gateway_pb2.Value(bool_value=v)
+    if isinstance(v, int):
+        return gateway_pb2.Value(int_value=v)
+    if isinstance(v, float):
+        return gateway_pb2.Value(double_value=v)
+    return gateway_pb2.Value(string_value=v)
+
+
+def row_inputs(x: Mapping[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
+    """Request i's Triton inputs: row i of each named array, batch axis kept (``[1, ...]``)."""
+    return {name: np.ascontiguousarray(array[i : i + 1]) for name, array in x.items()}
+
+
 async def _caller(
-    mode: str, target: Target, rows: list[dict[str, Any]], x: np.ndarray, stack: AsyncExitStack
+    mode: str,
+    target: Target,
+    rows: list[dict[str, Any]],
+    x: Mapping[str, np.ndarray],
+    stack: AsyncExitStack,
 ) -> Callable[[int], Awaitable[bool]]:
     """``call(i)``: send request i, return whether a score came back. Requests are built once."""
     if mode == "triton":
         import tritonclient.grpc.aio as aio
 
+        from gateway.triton import infer_inputs  # the gateway's own typing: str arrays -> BYTES
+
         client = aio.InferenceServerClient(target.triton_url)
         stack.push_async_callback(client.close)
-        inputs = []
-        for row in x:
-            inp = aio.InferInput("input", [1, x.shape[1]], "FP32")
-            inp.set_data_from_numpy(row.reshape(1, -1).astype(np.float32))
-            inputs.append([inp])
-        outputs = [aio.InferRequestedOutput(o) for o in OUTPUTS]
+        inputs = [infer_inputs(row_inputs(x, i)) for i in range(len(rows))]
+        outputs = [aio.InferRequestedOutput(o) for o in target.outputs]
 
         async def infer(i: int) -> bool:
             result = await client.infer(
-                target.ensemble, inputs[i], outputs=outputs, client_timeout=_TIMEOUT_S
+                target.triton_model, inputs[i], outputs=outputs, client_timeout=_TIMEOUT_S
             )
-            return result.as_numpy("score") is not None
+            probabilities = result.as_numpy(target.score_output)
+            return probabilities is not None and probabilities.shape == (1, 2)
 
         return infer
     if mode == "http":
@@ -136,12 +161,9 @@ async def _caller(
         stack.push_async_callback(channel.close)
         stub = gateway_pb2_grpc.GatewayStub(channel)
 
-        def value(v: Any) -> Any:
-            return gateway_pb2.Value(int_value=v) if isinstance(v, int) else gateway_pb2.Value(double_value=v)
-
         requests = [
             gateway_pb2.PredictRequest(
-                model=target.model, rows=[gateway_pb2.Row(fields={k: value(v) for k, v in r.items()})]
+                model=target.model, rows=[gateway_pb2.Row(fields={k: proto_value(v) for k, v in r.items()})]
             )
             for r in rows
         ]
@@ -158,7 +180,7 @@ async def _measure(
     mode: str,
     target: Target,
     rows: list[dict[str, Any]],
-    x: np.ndarray,
+    x: Mapping[str, np.ndarray],
     concurrency: int,
     warmup_s: float,
     seconds: float,

@@ -37,7 +37,17 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("metrics (prometheus_client)", ("/prometheus_client/", "/gateway/metrics.py")),
     (
         "gateway core (validate, assemble, results)",
-        ("/gateway/core.py", "/gateway/auth.py", "/gateway/errors.py"),
+        (
+            "/gateway/core.py",
+            "/gateway/batching.py",
+            "/gateway/request.py",
+            "/gateway/values.py",
+            "/gateway/catalog.py",
+            "/gateway/assemble.py",
+            "/gateway/responses.py",
+            "/gateway/auth.py",
+            "/gateway/errors.py",
+        ),
     ),
     (
         "HTTP stack (uvicorn, httptools, Starlette, FastAPI)",
@@ -83,8 +93,11 @@ def _frame(frame: str) -> tuple[str, str]:
     return func, path.rstrip(")")
 
 
+_CHECKOUT = str(Path(__file__).resolve().parent.parent) + "/"  # the gateway runs from this checkout
+
+
 def _short(path: str) -> str:
-    for marker in ("site-packages/", "/lib/python3.", "/work/main/"):
+    for marker in ("site-packages/", "/lib/python3.", _CHECKOUT):
         if marker in path:
             path = path.split(marker, 1)[1]
             return path.split("/", 1)[1] if marker == "/lib/python3." else path

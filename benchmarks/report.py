@@ -157,7 +157,7 @@ def _triton_markdown(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-_PATHS = {"triton": "direct Triton gRPC (assembled row)", "http": "gateway HTTP", "grpc": "gateway gRPC"}
+_PATHS = {"triton": "direct Triton gRPC (assembled inputs)", "http": "gateway HTTP", "grpc": "gateway gRPC"}
 
 
 def _opt_ms(x: float | None) -> str:
