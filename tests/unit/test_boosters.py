@@ -161,6 +161,20 @@ def train_lgbm_multiclass(name: str) -> Trained:
     return Trained(name, native, "multiclass", [0, 1, 2])
 
 
+def train_xgb_classifier_multiclass(name: str) -> Trained:
+    import mlflow.xgboost
+    import xgboost as xgb
+
+    X = features()
+    model = xgb.XGBClassifier(n_estimators=ROUNDS, max_depth=3).fit(X, three_classes(X))
+    register(name, mlflow.xgboost.log_model, model, X.iloc[:5])
+
+    def native(x: pd.DataFrame) -> dict[str, np.ndarray]:
+        return {"probabilities": model.predict_proba(x), "label": model.predict(x).reshape(-1, 1)}
+
+    return Trained(name, native, "multiclass", [0, 1, 2])
+
+
 def train_catboost(name: str, task: str) -> Trained:
     import catboost
     import mlflow.catboost
@@ -194,6 +208,7 @@ CASES: dict[str, Callable[[str], Trained]] = {
     "xgb-array": train_xgb_regressor_on_array,
     "lgb-array": lambda n: train_lgb_booster(n, "binary", on_array=True),
     "lgbm-sk-multi": train_lgbm_multiclass,
+    "xgb-sk-multi": train_xgb_classifier_multiclass,
     "cb-binary": lambda n: train_catboost(n, "binary"),
     "cb-multi": lambda n: train_catboost(n, "multiclass"),
     "cb-reg": lambda n: train_catboost(n, "regression"),
