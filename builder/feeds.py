@@ -124,6 +124,10 @@ def _generate(
         return out
     if learned and tensor.dtype.startswith("int"):
         return tensor.sample(rows, rng, tuple(learned))
+    if seen is not None and seen.size and tensor.dtype.startswith(("int", "uint")):
+        # Integers are often indices (an embedding's, a category code): stay in the seen range.
+        low, high = int(seen.min()), int(seen.max())
+        return rng.integers(low, high + 1, size=tensor.sample(rows, rng).shape).astype(tensor.dtype)
     out = tensor.sample(rows, rng)
     if seen is not None and out.dtype.kind == "f" and np.isnan(seen).any():
         # The example has missing values, so the model takes them: test that path too.

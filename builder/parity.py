@@ -1,7 +1,7 @@
 """Numerical parity: the ONNX model in onnxruntime against the original through its flavor.
 
 Float outputs pass when ``|onnx - native| <= atol + rtol * |native|`` element-wise (numpy's
-``allclose`` rule); integer outputs (class labels) must be equal. The defaults, atol 1e-5 and
+``allclose`` rule); integer and string outputs (class labels) must be equal. The defaults, atol 1e-5 and
 rtol 1e-5, are Model Navigator's: tight enough to catch a wrong conversion, loose enough for
 float32 tree thresholds and reordered float sums.
 """
@@ -93,6 +93,10 @@ def compare(
 
 
 def _compare_one(name: str, got: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> OutputParity:
+    if expected.dtype.kind in "OUS" or got.dtype.kind in "OUS":  # string class labels: equal or not
+        unequal = got.astype(str) != expected.astype(str)
+        bad = int(np.count_nonzero(unequal))
+        return OutputParity(name, float(bad > 0), float(bad > 0), bad, int(expected.size))
     if expected.dtype.kind in "iub" and got.dtype.kind in "iub":
         diff = np.abs(got.astype(np.int64) - expected.astype(np.int64)).astype(np.float64)
         bad = int(np.count_nonzero(diff))

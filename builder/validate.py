@@ -4,12 +4,13 @@ Every model folder: its config parses against the schema and names the folder; a
 numeric version folder holds the file its backend loads; ONNX graphs agree with the config's
 tensors; warm-up files exist; and ensemble steps name models that exist, with input/output maps
 that use those models' real tensor names, chain in order, and agree in dtype and dims.
-Every problem is listed; the caller exits non-zero if there is any.
+Every problem is listed; the caller exits non-zero if there is any. Warnings (a model that
+loads only where the container is set up for it) are listed too, without failing.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
@@ -34,6 +35,7 @@ class ModelEntry:
     name: str
     config: ModelConfig
     versions: list[int]
+    warnings: list[str] = field(default_factory=list)
 
 
 def validate_repository(repo: Path) -> tuple[list[ModelEntry], list[str]]:
@@ -81,25 +83,56 @@ def _check_model(model_dir: Path, problems: list[str]) -> ModelEntry | None:
         for v in versions:
             if not (model_dir / str(v) / required).is_file():
                 problems.append(f"{name}/{v}: missing {required} (needed by backend {config.backend!r})")
+    entry = ModelEntry(name=name, config=config, versions=versions)
     if config.backend == "onnxruntime" and versions:
-        _check_onnx(name, model_dir / str(versions[-1]) / (required or "model.onnx"), config, problems)
+        graph = _check_onnx(
+            name, model_dir / str(versions[-1]) / (required or "model.onnx"), config, problems
+        )
+        if graph is not None:
+            entry.warnings += string_op_warnings(name, graph)
     for warmup in config.model_warmup:
         for input_name, spec in warmup.inputs.items():
             if spec.input_data_file and not (model_dir / "warmup" / spec.input_data_file).is_file():
                 problems.append(
                     f"{name}: warm-up file warmup/{spec.input_data_file} for {input_name!r} is missing"
                 )
-    return ModelEntry(name=name, config=config, versions=versions)
+    return entry
 
 
-def _check_onnx(name: str, path: Path, config: ModelConfig, problems: list[str]) -> None:
+def string_op_warnings(name: str, graph: onnx.GraphProto) -> list[str]:
+    """onnxruntime's StringNormalizer builds a ``<locale>.UTF-8`` C++ locale when the model
+    loads, and the load fails where the container lacks it (onnxruntime_backend issue 153)."""
+    locales = sorted(
+        {
+            next((a.s.decode() for a in node.attribute if a.name == "locale"), "en_US")
+            for node in graph.node
+            if node.op_type == "StringNormalizer"
+        }
+    )
+    warnings = []
+    for locale in locales:
+        if locale in ("C", ""):
+            warnings.append(
+                f"{name}: uses ONNX string operators (StringNormalizer): Triton needs the C.UTF-8 "
+                "locale in its container (NGC images have it; the Helm chart sets LANG=C.UTF-8)"
+            )
+        else:
+            warnings.append(
+                f"{name}: its StringNormalizer asks for the {locale}.UTF-8 locale, which NGC Triton "
+                f"images lack (the model will not load there); re-export it with `builder export`, "
+                "which sets locale C, or install that locale in the Triton image"
+            )
+    return warnings
+
+
+def _check_onnx(name: str, path: Path, config: ModelConfig, problems: list[str]) -> onnx.GraphProto | None:
     if not path.is_file():
-        return
+        return None
     try:
         graph = onnx.load(str(path), load_external_data=False).graph
     except Exception as exc:  # a truncated or foreign file: protobuf raises DecodeError and others
         problems.append(f"{name}: {path.name} is not a readable ONNX model: {type(exc).__name__}")
-        return
+        return None
     batch = 1 if config.max_batch_size > 0 else 0
     for kind, declared, actual in (
         ("input", config.input, graph_tensors(graph.input)),
@@ -123,6 +156,7 @@ def _check_onnx(name: str, path: Path, config: ModelConfig, problems: list[str])
                     f"{name}: {kind} {tensor.name!r} has dims {list(tensor.dims)} in config, "
                     f"{list(real.shape[batch:])} in ONNX"
                 )
+    return graph
 
 
 def model_config_type_name(value: int) -> str:

@@ -1,7 +1,11 @@
-"""`make demo`: data -> feast apply -> materialize -> train from historical features ->
-register (alias champion) -> builder export (+ ensemble) -> builder validate -> builder serve
-(real Triton, no GPU) -> gateway serve -> predictions through the gateway over HTTP and gRPC ->
-skew check -> release gate (Locust against the gateway, loose demo SLA).
+"""`make demo`: data -> feast apply -> materialize -> train a scikit-learn Pipeline from
+historical features -> register (alias champion) -> builder export -> builder validate ->
+builder serve (real Triton, no GPU) -> gateway serve -> predictions through the gateway over
+HTTP and gRPC -> skew check -> release gate (Locust against the gateway, loose demo SLA).
+
+The model reads numeric features and two strings: ``merchant_category`` from the feature store
+and the request's ``channel``. Its preprocessing (imputing, scaling, one-hot encoding) is part
+of the exported ONNX graph, so Triton gets one typed input per column and no ensemble.
 
 Every step is the command a user would run; the demo only chains them and prints what they
 give back. State lives in .demo/ (MLflow registry and artifacts), feature_repo/data/ and
@@ -21,6 +25,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -32,6 +37,7 @@ STATE = ROOT / ".demo"
 REPO = ROOT / "model_repo"
 FEATURES = ROOT / "feature_repo"
 MODEL = "fraud-detector"
+ENTITY_KEYS = ("user_id", "merchant_id")
 console = Console(highlight=False)
 
 
@@ -99,16 +105,40 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
 
 
-def predictions(gateway_http: str, gateway_grpc: str) -> None:
+ROWS: list[dict[str, Any]] = [
+    {"user_id": 17, "merchant_id": 3, "amount": 42.5, "hour": 13, "channel": "pos"},
+    {"user_id": 250, "merchant_id": 88, "amount": 980.0, "hour": 3, "channel": "web"},
+    {"user_id": 401, "merchant_id": 12, "amount": 12.0, "hour": 20, "channel": "app"},
+]
+
+
+def grpc_value(name: str, value: str | int | float) -> Any:
+    """A row field as the gateway's gRPC ``Value``: entity ids as ints, strings as strings, the
+    numeric request fields as doubles (what the model reads them as)."""
+    from gateway.proto import gateway_pb2
+
+    if isinstance(value, str):
+        return gateway_pb2.Value(string_value=value)
+    if name in ENTITY_KEYS:
+        return gateway_pb2.Value(int_value=int(value))
+    return gateway_pb2.Value(double_value=float(value))
+
+
+def merchant_categories(fs: Any, rows: list[dict[str, Any]]) -> list[str]:
+    """The category the gateway will read for each row's merchant (the online store's value)."""
+    online = fs.get_online_features(
+        features=["merchant_stats:merchant_category"],
+        entity_rows=[{"merchant_id": r["merchant_id"]} for r in rows],
+    ).to_dict()
+    return [value or "(none)" for value in online["merchant_category"]]
+
+
+def predictions(gateway_http: str, gateway_grpc: str, fs: Any) -> None:
     import grpc
 
     from gateway.proto import gateway_pb2, gateway_pb2_grpc
 
-    rows = [
-        {"user_id": 17, "merchant_id": 3, "amount": 42.5, "hour": 13},
-        {"user_id": 250, "merchant_id": 88, "amount": 980.0, "hour": 3},
-        {"user_id": 401, "merchant_id": 12, "amount": 12.0, "hour": 20},
-    ]
+    rows = ROWS
     status, http_result = http_json(f"http://{gateway_http}/v1/models/{MODEL}/predict", {"rows": rows})
     if status != 200:
         sys.exit(f"demo: gateway answered {status}: {http_result}")
@@ -117,14 +147,7 @@ def predictions(gateway_http: str, gateway_grpc: str) -> None:
         request = gateway_pb2.PredictRequest(
             model=MODEL,
             rows=[
-                gateway_pb2.Row(
-                    fields={
-                        "user_id": gateway_pb2.Value(int_value=r["user_id"]),
-                        "merchant_id": gateway_pb2.Value(int_value=r["merchant_id"]),
-                        "amount": gateway_pb2.Value(double_value=r["amount"]),
-                        "hour": gateway_pb2.Value(double_value=r["hour"]),
-                    }
-                )
+                gateway_pb2.Row(fields={name: grpc_value(name, value) for name, value in r.items()})
                 for r in rows
             ],
         )
@@ -133,14 +156,30 @@ def predictions(gateway_http: str, gateway_grpc: str) -> None:
         title=f"{MODEL} v{http_result['version']} through the gateway "
         f"(features {http_result['feature_age_seconds'] / 3600:.1f} h old)"
     )
-    for col in ("user_id", "merchant_id", "amount", "hour", "score (HTTP)", "score (gRPC)", "fraud?"):
-        table.add_column(col, justify="right")
-    for row, p, g in zip(rows, http_result["predictions"], grpc_result.predictions, strict=True):
+    columns = (
+        "user_id",
+        "merchant_id",
+        "merchant_category (store)",
+        "amount",
+        "hour",
+        "channel",
+        "score (HTTP)",
+        "score (gRPC)",
+        "fraud?",
+    )
+    for col in columns:
+        table.add_column(col, justify="left" if col.startswith(("merchant_category", "channel")) else "right")
+    categories = merchant_categories(fs, rows)
+    for row, category, p, g in zip(
+        rows, categories, http_result["predictions"], grpc_result.predictions, strict=True
+    ):
         table.add_row(
             str(row["user_id"]),
             str(row["merchant_id"]),
+            category,
             f"{row['amount']:.2f}",
             str(row["hour"]),
+            row["channel"],
             f"{p['score']:.4f}",
             f"{g.score:.4f}",
             "yes" if p["label"] else "no",
@@ -148,7 +187,7 @@ def predictions(gateway_http: str, gateway_grpc: str) -> None:
     console.print(table)
     status, err = http_json(
         f"http://{gateway_http}/v1/models/{MODEL}/predict",
-        {"user_id": 999999, "merchant_id": 3, "amount": 1.0, "hour": 1},
+        {"user_id": 999999, "merchant_id": 3, "amount": 1.0, "hour": 1, "channel": "web"},
     )
     console.print(f"unknown user -> HTTP {status}: {err.get('error')}")
 
@@ -177,8 +216,10 @@ def main() -> None:
         f"version {trained.version} with alias champion"
     )
 
-    step("3. builder export (ONNX + parity + config + ensemble)")
-    run("builder", "export", f"models:/{MODEL}@champion", "--repo", str(REPO), "--ensemble")
+    # No --ensemble: the preprocessing is inside the ONNX graph, and the ensemble's preprocess
+    # step takes one float matrix, not typed per-column inputs.
+    step("3. builder export (ONNX with its preprocessing, parity, config)")
+    run("builder", "export", f"models:/{MODEL}@champion", "--repo", str(REPO))
     step("4. builder validate")
     run("builder", "validate", "--repo", str(REPO))
 
@@ -229,7 +270,7 @@ def main() -> None:
         )
         wait_for("the gateway", lambda: http_status(f"http://127.0.0.1:{gp['http']}/readyz") == 200, gateway)
         step("6. predictions through the gateway over HTTP and gRPC")
-        predictions(f"127.0.0.1:{gp['http']}", f"127.0.0.1:{gp['grpc']}")
+        predictions(f"127.0.0.1:{gp['http']}", f"127.0.0.1:{gp['grpc']}", fs)
         step("7. training-serving skew check")
         run(
             "gateway",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
-from feast.types import Float64, Int64
+from feast.types import Float64, Int64, String
 
 # Snapshots are daily; a TTL of two days tolerates one missed snapshot before a user's features go
 # stale (null) rather than silently serving week-old counts.
@@ -72,6 +72,13 @@ merchant_stats = FeatureView(
     schema=[
         Field(name="merchant_risk", dtype=Float64, description="Risk score in [0, 1]."),
         Field(name="merchant_fraud_rate_30d", dtype=Float64, description="Fraud share over 30 days."),
+        # A string feature: the model one-hot encodes it inside its own graph, so the gateway
+        # sends the value as read and nothing outside the model knows the categories.
+        Field(
+            name="merchant_category",
+            dtype=String,
+            description="What the merchant sells, e.g. grocery or digital_goods.",
+        ),
     ],
     source=merchant_stats_source,
     online=True,
@@ -83,7 +90,7 @@ fraud_v1 = FeatureService(
     name="fraud_v1",
     features=[
         user_stats[["user_age_days", "tx_last_24h", "avg_amount_30d"]],
-        merchant_stats[["merchant_risk", "merchant_fraud_rate_30d"]],
+        merchant_stats[["merchant_risk", "merchant_fraud_rate_30d", "merchant_category"]],
     ],
     description="Inputs of the fraud model, version 1.",
 )

@@ -4,10 +4,11 @@ Writes, under ``out_dir`` (by default ``feature_repo/data/``):
 
 - ``user_stats.parquet``: daily snapshots per user (some days missing; with ``correction_rate`` > 0,
   some rows recomputed later: same event timestamp, later created timestamp, other values);
-- ``merchant_stats.parquet``: daily snapshots per merchant;
+- ``merchant_stats.parquet``: daily snapshots per merchant, with its (fixed) ``merchant_category``;
 - ``transactions.parquet``: the entity rows for training (user_id, merchant_id, event_timestamp, amount,
-  hour, is_fraud), whose label depends on the point-in-time features, so a model trained on them has
-  something to learn and a skewed join shows up as lost accuracy.
+  hour, channel, is_fraud), whose label depends on the point-in-time features (the string category
+  included) and on the request-time channel, so a model trained on them has something to learn and a
+  skewed join shows up as lost accuracy.
 
 Timestamps are relative to ``end`` (default: now, floored to the hour), because Feast's first
 incremental materialization starts at ``now - ttl`` and must find the latest snapshots.
@@ -25,11 +26,31 @@ import pandas as pd
 
 from feature_repo.definitions import CREATED_TIMESTAMP, EVENT_TIMESTAMP, MERCHANT_TTL, USER_TTL
 
+USER_FEATURES = ["user_age_days", "tx_last_24h", "avg_amount_30d"]
+MERCHANT_FEATURES = ["merchant_risk", "merchant_fraud_rate_30d", "merchant_category"]
+
 DEFAULT_OUT_DIR = Path(__file__).resolve().parent / "data"
 # A snapshot is written a few minutes after the moment it describes.
 CREATED_LAG = timedelta(minutes=5)
 # A correction is the same snapshot recomputed an hour later.
 CORRECTION_LAG = timedelta(hours=1)
+
+# What a merchant sells, and how much that moves the fraud log-odds: resellable goods and
+# instant digital delivery attract card testers, everyday purchases do not. Small next to
+# merchant_risk, so the category helps the model without being the whole story.
+MERCHANT_CATEGORIES: dict[str, float] = {
+    "grocery": -0.5,
+    "fuel": -0.3,
+    "restaurants": -0.2,
+    "fashion": 0.0,
+    "travel": 0.3,
+    "electronics": 0.5,
+    "gaming": 0.6,
+    "digital_goods": 0.8,
+}
+# Where the payment was made (sent by the caller, not stored): share of transactions, log-odds.
+# A card-present payment (pos) is the hardest to make with a stolen card number.
+CHANNELS: dict[str, tuple[float, float]] = {"web": (0.45, 0.4), "app": (0.35, 0.0), "pos": (0.20, -0.5)}
 
 
 @dataclass(frozen=True)
@@ -92,6 +113,9 @@ def _user_stats(
 
 def _merchant_stats(rng: np.random.Generator, n_merchants: int, times: pd.DatetimeIndex) -> pd.DataFrame:
     risk = rng.beta(2.0, 5.0, size=n_merchants)
+    # Drawn independently of the risk score: the model can only learn the category's effect from
+    # the category itself.
+    category = rng.choice(list(MERCHANT_CATEGORIES), size=n_merchants)
     rows = []
     for mid in range(n_merchants):
         for d, ts in enumerate(times):
@@ -99,10 +123,8 @@ def _merchant_stats(rng: np.random.Generator, n_merchants: int, times: pd.Dateti
                 continue
             r = float(np.clip(risk[mid] + rng.normal(0.0, 0.03), 0.0, 1.0))
             rate = float(np.clip(0.1 * r + rng.normal(0.0, 0.005), 0.0, 1.0))
-            rows.append((mid + 1, ts, round(r, 4), round(rate, 5)))
-    df = pd.DataFrame(
-        rows, columns=["merchant_id", EVENT_TIMESTAMP, "merchant_risk", "merchant_fraud_rate_30d"]
-    )
+            rows.append((mid + 1, ts, round(r, 4), round(rate, 5), str(category[mid])))
+    df = pd.DataFrame(rows, columns=["merchant_id", EVENT_TIMESTAMP, *MERCHANT_FEATURES])
     df[CREATED_TIMESTAMP] = df[EVENT_TIMESTAMP] + CREATED_LAG
     return df
 
@@ -156,19 +178,24 @@ def _transactions(
         }
     )
     tx["hour"] = tx[EVENT_TIMESTAMP].dt.hour.astype("int64")
+    shares = np.array([share for share, _ in CHANNELS.values()])
+    tx["channel"] = rng.choice(list(CHANNELS), size=n_tx, p=shares / shares.sum()).astype(object)
 
-    u = point_in_time(tx, users, "user_id", USER_TTL, ["user_age_days", "tx_last_24h", "avg_amount_30d"])
-    m = point_in_time(
-        tx, merchants, "merchant_id", MERCHANT_TTL, ["merchant_risk", "merchant_fraud_rate_30d"]
-    )
+    u = point_in_time(tx, users, "user_id", USER_TTL, USER_FEATURES)
+    m = point_in_time(tx, merchants, "merchant_id", MERCHANT_TTL, MERCHANT_FEATURES)
     ratio = tx["amount"] / u["avg_amount_30d"]
     logit = (
-        -4.5
+        # The category and channel terms add about +0.2 on average; the intercept takes it back,
+        # so the base fraud rate stays near 13 %.
+        -4.7
         + 5.0 * m["merchant_risk"].fillna(0.5)
         + 0.25 * u["tx_last_24h"].fillna(3)
         + 1.5 * (ratio.fillna(1.0) > 3.0)
         - 0.0008 * u["user_age_days"].fillna(0)
         + 0.8 * (tx["hour"] < 6)
+        # A merchant without a fresh snapshot has no known category: no effect.
+        + m["merchant_category"].map(MERCHANT_CATEGORIES).fillna(0.0).astype(float)
+        + tx["channel"].map({name: effect for name, (_, effect) in CHANNELS.items()}).astype(float)
         # A transaction with no recent user snapshot is suspicious in itself.
         + 1.0 * u["user_age_days"].isna()
     )

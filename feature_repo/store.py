@@ -19,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 from feast import FeatureService, FeatureStore, RepoConfig
+from feast.types import String
 
 from feature_repo import definitions
 
@@ -85,6 +86,21 @@ def feature_names(store: FeatureStore, service_name: str = SERVICE) -> list[str]
     if len(set(names)) != len(names):
         raise ValueError(f"feature service {service_name!r} has duplicate plain feature names: {names}")
     return names
+
+
+def string_features(store: FeatureStore, service_name: str = SERVICE) -> list[str]:
+    """The service's features of Feast type String, in the service's order.
+
+    Training encodes these as categories (and fills their nulls with ``""``); every other feature
+    is numeric. Read from the registered schema, so a new string feature needs no second list.
+    """
+    service = store.get_feature_service(service_name)
+    return [
+        feature.name
+        for projection in service.feature_view_projections
+        for feature in projection.features
+        if feature.dtype == String
+    ]
 
 
 def feature_refs(store: FeatureStore, service_name: str = SERVICE) -> list[str]:

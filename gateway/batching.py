@@ -15,11 +15,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gateway.request import EntityRow, RequestValues
+
 
 @dataclass
 class Pending:
-    entity_rows: list[dict[str, int]]
-    request_values: list[dict[str, float]]
+    entity_rows: list[EntityRow]
+    request_values: list[RequestValues]
     future: asyncio.Future[Any] = field(repr=False)
 
     @property
@@ -46,7 +48,7 @@ class Batcher:
         self._draining = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def submit(self, entity_rows: list[dict[str, int]], request_values: list[dict[str, float]]) -> Any:
+    async def submit(self, entity_rows: list[EntityRow], request_values: list[RequestValues]) -> Any:
         item = Pending(entity_rows, request_values, asyncio.get_running_loop().create_future())
         self._queue.append(item)
         if self._draining < self._max_in_flight:

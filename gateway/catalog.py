@@ -1,15 +1,59 @@
-"""Which Triton model serves a gateway model, and how to build its input.
+"""Which Triton model serves a gateway model, how to build its inputs and read its outputs.
 
-Everything comes from Triton's model-config API (parameters ``builder export`` wrote from the
-MLflow run): the input's column order (``serving.feature_names``), the Feast feature service,
-the entity keys and the request-time fields. So the gateway needs no access to the model
-repository's files, and a new model version brings its own feature list.
+Everything comes from Triton's model-config API, from the parameters ``builder export`` wrote
+(docs/serving-contract.md): the input layout and typed columns, the model kind, its classes and
+output roles, the Feast feature service, entity keys and request-time fields. The entity keys'
+types come from Feast (the feature service's views), passed in by the caller. So the gateway
+needs no access to the model repository's files, and a new model version brings its own
+description. Everything is parsed and checked once, here; a config the gateway cannot serve is
+a SpecError that says what is wrong.
+
+Configs exported before ``serving.layout``/``serving.kind`` existed are read as the ``matrix``
+layout (every column float32) with ``legacy`` outputs: a score, probabilities and label found
+by tensor name, as the gateway always did.
 """
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Final, Literal
+
+from gateway.errors import SpecError
+from gateway.values import DTYPES, Dtype
+
+__all__ = ["ClassLabel", "Column", "Kind", "ModelSpec", "OutputRoles", "SpecError", "spec_from_config"]
+
+Layout = Literal["matrix", "columns"]
+Kind = Literal["binary", "multiclass", "regression", "other"]
+ClassLabel = bool | int | float | str
+
+_KINDS: Final = ("binary", "multiclass", "regression", "other")
+_TRITON_TYPES: Final = {
+    "float32": "TYPE_FP32",
+    "int64": "TYPE_INT64",
+    "bool": "TYPE_BOOL",
+    "string": "TYPE_STRING",
+}
+_REQUIRED: Final = ("feast.feature_service", "feast.entity_keys", "feast.request_fields")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    dtype: Dtype
+
+
+@dataclass(frozen=True)
+class OutputRoles:
+    """Output tensor names by role (``serving.outputs``); None where the model has no such output."""
+
+    label: str | None = None
+    probabilities: str | None = None
+    value: str | None = None
 
 
 @dataclass(frozen=True)
@@ -17,63 +61,241 @@ class ModelSpec:
     name: str  # the name clients use (the exported model's)
     triton_model: str  # what the gateway calls: NAME_ensemble when there is one, else NAME
     version: str
-    input_name: str
-    feature_names: tuple[str, ...]  # the model input's columns, in training order
+    layout: Layout
+    input_name: str  # the matrix layout's one input; in the columns layout each column is an input
+    columns: tuple[Column, ...]  # the model's columns, in training order, with their served dtypes
     feature_service: str
-    entity_keys: tuple[str, ...]
+    entity_keys: tuple[Column, ...]  # Feast join keys with their types (int64 or string)
     request_fields: tuple[str, ...]
-    outputs: tuple[str, ...]
+    kind: Kind
+    classes: tuple[ClassLabel, ...] | None  # classifiers: probability-column order
+    roles: OutputRoles
+    outputs: tuple[str, ...]  # what to ask Triton for
+    decision_threshold: float | None = None
+    legacy: bool = False  # exported before serving.kind: outputs found by tensor name
 
-    @property
+    # Derived views, computed once per spec: they are read for every row on the hot path.
+    @cached_property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @cached_property
+    def entity_key_names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.entity_keys)
+
+    @cached_property
     def online_features(self) -> tuple[str, ...]:
         """Columns read from the online store (the rest come with the request)."""
         return tuple(f for f in self.feature_names if f not in self.request_fields)
 
+    @cached_property
+    def dtypes(self) -> dict[str, Dtype]:
+        """Column name -> its served dtype."""
+        return {c.name: c.dtype for c in self.columns}
 
-class SpecError(ValueError):
-    """The model's config lacks what the gateway needs (it was not exported from a Feast run)."""
+    def dtype(self, column: str) -> Dtype:
+        return self.dtypes[column]
 
 
-def _csv_or_json(value: str) -> tuple[str, ...]:
+def _names(value: str) -> tuple[str, ...]:
     value = value.strip()
     if value.startswith("["):
         return tuple(str(v) for v in json.loads(value))
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
-def spec_from_config(name: str, triton_model: str, version: str, config: dict) -> ModelSpec:
-    """Build a ModelSpec from a Triton model config (as JSON, tritonclient's ``as_json``)."""
-    params = {k: v.get("string_value", "") for k, v in (config.get("parameters") or {}).items()}
-    missing = [
-        k
-        for k in (
-            "serving.feature_names",
-            "feast.feature_service",
-            "feast.entity_keys",
-            "feast.request_fields",
-        )
-        if k not in params
-    ]
+def _json(model: str, key: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"model {model!r}: {key} is not valid JSON ({exc.msg}): {text[:80]!r}") from exc
+
+
+def feature_service_of(name: str, config: dict) -> str:
+    """The config's Feast feature service (needed before the spec: it gives the key types)."""
+    params = _params(config)
+    if not params.get("feast.feature_service"):
+        raise SpecError(_not_from_feast(name, ["feast.feature_service"]))
+    return params["feast.feature_service"]
+
+
+def _params(config: dict) -> dict[str, str]:
+    return {k: v.get("string_value", "") for k, v in (config.get("parameters") or {}).items()}
+
+
+def _not_from_feast(name: str, missing: list[str]) -> str:
+    return (
+        f"model {name!r} has no {', '.join(missing)} in its Triton config: export it from an "
+        "MLflow run tagged with its Feast feature service"
+    )
+
+
+def spec_from_config(
+    name: str, triton_model: str, version: str, config: dict, key_types: Mapping[str, str]
+) -> ModelSpec:
+    """Build a ModelSpec from a Triton model config (as JSON, tritonclient's ``as_json``) and the
+    types of the feature service's join keys (name -> ``int64``/``string``, from Feast)."""
+    params = _params(config)
+    missing = [k for k in _REQUIRED if k not in params]
     if missing:
+        raise SpecError(_not_from_feast(name, missing))
+    layout = params.get("serving.layout", "matrix")
+    if layout == "tensors":
         raise SpecError(
-            f"model {name!r} has no {', '.join(missing)} in its Triton config: export it from an "
-            "MLflow run tagged with its Feast feature service"
+            f"model {name!r} takes tensors (serving.layout=tensors), not feature columns: the "
+            "gateway assembles tabular inputs only; call Triton directly for this model"
         )
-    inputs = config.get("input") or []
-    if len(inputs) != 1:
-        raise SpecError(f"model {name!r} has {len(inputs)} inputs; the gateway feeds one tabular input")
-    spec = ModelSpec(
+    if layout not in ("matrix", "columns"):
+        raise SpecError(f"model {name!r}: unknown serving.layout {layout!r} (matrix, columns or tensors)")
+    columns = _columns(name, layout, params)
+    input_name = _check_inputs(name, layout, columns, config.get("input") or [])
+    entity_keys = _names(params["feast.entity_keys"])
+    request_fields = _names(params["feast.request_fields"])
+    unknown = set(request_fields) - {c.name for c in columns}
+    if unknown:
+        raise SpecError(f"model {name!r}: request fields {sorted(unknown)} are not model inputs")
+    config_outputs = tuple(o["name"] for o in config.get("output") or [])
+    kind, classes, roles, threshold = _outputs(name, params, config_outputs)
+    legacy = "serving.kind" not in params
+    if legacy or kind == "other":
+        requested = config_outputs
+    else:
+        requested = tuple(dict.fromkeys(n for n in (roles.label, roles.probabilities, roles.value) if n))
+    return ModelSpec(
         name=name,
         triton_model=triton_model,
         version=version,
-        input_name=inputs[0]["name"],
-        feature_names=_csv_or_json(params["serving.feature_names"]),
+        layout=layout,  # type: ignore[arg-type]  # checked above
+        input_name=input_name,
+        columns=columns,
         feature_service=params["feast.feature_service"],
-        entity_keys=_csv_or_json(params["feast.entity_keys"]),
-        request_fields=_csv_or_json(params["feast.request_fields"]),
-        outputs=tuple(o["name"] for o in config.get("output") or []),
+        entity_keys=_entity_keys(name, params["feast.feature_service"], entity_keys, key_types),
+        request_fields=request_fields,
+        kind=kind,
+        classes=classes,
+        roles=roles,
+        outputs=requested,
+        decision_threshold=threshold,
+        legacy=legacy,
     )
-    unknown = set(spec.request_fields) - set(spec.feature_names)
-    if unknown:
-        raise SpecError(f"model {name!r}: request fields {sorted(unknown)} are not model inputs")
-    return spec
+
+
+def _columns(name: str, layout: str, params: dict[str, str]) -> tuple[Column, ...]:
+    if "serving.columns" not in params:
+        if layout == "columns" or "serving.feature_names" not in params:
+            key = "serving.columns" if layout == "columns" else "serving.feature_names"
+            raise SpecError(_not_from_feast(name, [key]))
+        # older exports: the matrix's column names only, every one float32
+        return tuple(Column(n, "float32") for n in _names(params["serving.feature_names"]))
+    raw = _json(name, "serving.columns", params["serving.columns"])
+    if not isinstance(raw, list) or not raw:
+        raise SpecError(f"model {name!r}: serving.columns must be a non-empty JSON list of {{name, dtype}}")
+    columns = []
+    for item in raw:
+        if not (isinstance(item, dict) and isinstance(item.get("name"), str) and item.get("dtype") in DTYPES):
+            raise SpecError(
+                f"model {name!r}: serving.columns entry {item!r} is not {{name, dtype}} with dtype one "
+                f"of {', '.join(DTYPES)}"
+            )
+        if layout == "matrix" and item["dtype"] != "float32":
+            raise SpecError(
+                f"model {name!r}: column {item['name']!r} is {item['dtype']} in the matrix layout, "
+                "whose one input is float32"
+            )
+        columns.append(Column(item["name"], item["dtype"]))
+    names = [c.name for c in columns]
+    if len(set(names)) != len(names):
+        raise SpecError(f"model {name!r}: serving.columns names a column twice: {names}")
+    return tuple(columns)
+
+
+def _check_inputs(name: str, layout: str, columns: tuple[Column, ...], inputs: list[dict]) -> str:
+    """The matrix layout's input name; in the columns layout, that every column is an input
+    of its type (a mismatch would only surface as Triton's error on the first request)."""
+    if layout == "matrix":
+        if len(inputs) != 1:
+            raise SpecError(f"model {name!r} has {len(inputs)} inputs; the matrix layout has one")
+        return str(inputs[0]["name"])
+    declared = {i["name"]: i.get("data_type", "") for i in inputs}
+    for column in columns:
+        if column.name not in declared:
+            raise SpecError(f"model {name!r}: column {column.name!r} is not one of the model's inputs")
+        if declared[column.name] != _TRITON_TYPES[column.dtype]:
+            raise SpecError(
+                f"model {name!r}: input {column.name!r} is {declared[column.name]}, but serving.columns "
+                f"says {column.dtype}"
+            )
+    extra = sorted(set(declared) - {c.name for c in columns})
+    if extra:
+        raise SpecError(f"model {name!r}: inputs {extra} are not in serving.columns")
+    return ""
+
+
+def _entity_keys(
+    name: str, service: str, keys: tuple[str, ...], key_types: Mapping[str, str]
+) -> tuple[Column, ...]:
+    out = []
+    for key in keys:
+        dtype = key_types.get(key)
+        if dtype is None:
+            raise SpecError(
+                f"model {name!r}: entity key {key!r} is not a join key of feature service {service!r}"
+            )
+        if dtype not in ("int64", "string"):
+            raise SpecError(
+                f"model {name!r}: entity key {key!r} is {dtype} in Feast; the gateway takes INT64 or "
+                "STRING join keys"
+            )
+        out.append(Column(key, dtype))  # type: ignore[arg-type]  # checked above
+    return tuple(out)
+
+
+def _outputs(
+    name: str, params: dict[str, str], config_outputs: tuple[str, ...]
+) -> tuple[Kind, tuple[ClassLabel, ...] | None, OutputRoles, float | None]:
+    kind = params.get("serving.kind")
+    if kind is None:  # older exports: a binary classifier whose outputs are found by name
+        return "binary", None, OutputRoles(), None
+    if kind not in _KINDS:
+        raise SpecError(f"model {name!r}: unknown serving.kind {kind!r} ({', '.join(_KINDS)})")
+    raw_roles = _json(name, "serving.outputs", params.get("serving.outputs", "{}"))
+    if not isinstance(raw_roles, dict) or not all(isinstance(v, str) for v in raw_roles.values()):
+        raise SpecError(f"model {name!r}: serving.outputs must be a JSON object of role -> output name")
+    for role, tensor in raw_roles.items():
+        if role in ("label", "probabilities", "value") and tensor not in config_outputs:
+            raise SpecError(
+                f"model {name!r}: serving.outputs {role} is {tensor!r}, not one of {config_outputs}"
+            )
+    roles = OutputRoles(raw_roles.get("label"), raw_roles.get("probabilities"), raw_roles.get("value"))
+    classes = None
+    if kind in ("binary", "multiclass"):
+        classes = _classes(name, kind, params)
+        if roles.probabilities is None:
+            raise SpecError(f"model {name!r}: a {kind} model needs a probabilities output in serving.outputs")
+    if kind == "regression" and roles.value is None:
+        raise SpecError(f"model {name!r}: a regression model needs a value output in serving.outputs")
+    threshold = None
+    if kind == "binary" and "serving.decision_threshold" in params:
+        text = params["serving.decision_threshold"]
+        try:
+            threshold = float(text)
+        except ValueError:
+            threshold = math.nan
+        if not 0.0 <= threshold <= 1.0:  # also refuses NaN
+            raise SpecError(f"model {name!r}: serving.decision_threshold {text!r} is not a number in [0, 1]")
+    return kind, classes, roles, threshold  # type: ignore[return-value]  # kind checked above
+
+
+def _classes(name: str, kind: str, params: dict[str, str]) -> tuple[ClassLabel, ...]:
+    if "serving.classes" not in params:
+        raise SpecError(f"model {name!r}: a {kind} model needs serving.classes")
+    raw = _json(name, "serving.classes", params["serving.classes"])
+    if not isinstance(raw, list) or not all(isinstance(c, bool | int | float | str) for c in raw):
+        raise SpecError(f"model {name!r}: serving.classes must be a JSON list of numbers or strings")
+    if len(set(raw)) != len(raw):
+        raise SpecError(f"model {name!r}: serving.classes has duplicates: {raw}")
+    if kind == "binary" and len(raw) != 2:
+        raise SpecError(f"model {name!r}: a binary model has 2 classes, serving.classes has {len(raw)}")
+    if kind == "multiclass" and len(raw) < 2:
+        raise SpecError(f"model {name!r}: a multiclass model needs at least 2 classes, got {raw}")
+    return tuple(raw)

@@ -1,59 +1,28 @@
-"""The predict path, free of transports: rows -> online features -> one Triton call -> scores.
+"""The predict path, free of transports: a PredictRequest -> online features -> one Triton call.
 
-HTTP and gRPC adapters translate their requests into ``predict(model, rows)`` and its result
-(or a GatewayError) back; nothing here knows about either.
+HTTP and gRPC adapters parse their requests into a ``PredictRequest`` (gateway/request.py) and
+turn its ``PredictResult`` (gateway/responses.py), or a GatewayError, back into their wire
+format; nothing here knows about either. Inputs are assembled in gateway/assemble.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import time
-from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from gateway import metrics
+from gateway.assemble import assemble_input, undefaultable
 from gateway.batching import Batcher, Pending
-from gateway.catalog import ModelSpec, SpecError, spec_from_config
-from gateway.errors import EntityNotFound, GatewayError, InvalidInput, ModelNotFound, TooLarge
+from gateway.catalog import ModelSpec, feature_service_of, spec_from_config
+from gateway.errors import EntityNotFound, InvalidInput, ModelNotFound, TooLarge
 from gateway.features import OnlineFeatures, age_seconds
+from gateway.request import PredictRequest, validate
+from gateway.responses import PredictResult, predictions
 from gateway.settings import GatewaySettings
 from gateway.triton import TritonClient
 
-
-@dataclass(frozen=True)
-class Prediction:
-    score: float
-    label: int
-    probabilities: tuple[float, ...]
-    defaults_used: bool
-
-
-@dataclass(frozen=True)
-class PredictResult:
-    model: str
-    version: str
-    predictions: list[Prediction]
-    feature_age_s: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.model,
-            "version": self.version,
-            "predictions": [
-                {
-                    "score": p.score,
-                    "label": p.label,
-                    "probabilities": list(p.probabilities),
-                    "defaults_used": p.defaults_used,
-                }
-                for p in self.predictions
-            ],
-            "feature_age_seconds": self.feature_age_s,
-        }
+__all__ = ["PredictResult", "Predictor", "assemble_input"]
 
 
 class Predictor:
@@ -91,19 +60,19 @@ class Predictor:
             if version is None:
                 continue
             config = await self.triton.model_config(candidate)
-            try:
-                return spec_from_config(model, candidate, version, config)
-            except SpecError as exc:
-                raise ModelNotFound(str(exc)) from exc
+            key_types = await self.features.key_types(feature_service_of(model, config))
+            return spec_from_config(model, candidate, version, config, key_types)
         raise ModelNotFound(f"unknown model {model!r}: Triton has no ready {model!r} or {model}_ensemble")
 
-    async def predict(self, model: str, rows: list[dict[str, Any]]) -> PredictResult:
-        if not rows:
+    async def predict(self, request: PredictRequest) -> PredictResult:
+        if not request.rows:
             raise InvalidInput("no rows to score", field="rows")
-        if len(rows) > self.settings.max_batch_rows:
-            raise TooLarge(f"{len(rows)} rows exceed the limit of {self.settings.max_batch_rows} per request")
-        spec = await self.spec(model)
-        entity_rows, request_values = _validate(spec, rows)
+        if len(request.rows) > self.settings.max_batch_rows:
+            raise TooLarge(
+                f"{len(request.rows)} rows exceed the limit of {self.settings.max_batch_rows} per request"
+            )
+        spec = await self.spec(request.model)
+        entity_rows, request_values = validate(spec, request)
         batcher = self._batchers.get(spec)
         if batcher is None:
             batcher = Batcher(
@@ -116,119 +85,79 @@ class Predictor:
         return result
 
     async def _run_batch(self, spec: ModelSpec, batch: list[Pending]) -> None:
-        """One feature read and one Triton call for every request in ``batch``."""
+        """One feature read and one Triton call for every request in ``batch``; a request whose
+        entity cannot be scored gets its 404 and stays out of the Triton call."""
         entity_rows = [r for p in batch for r in p.entity_rows]
-        request_values = [v for p in batch for v in p.request_values]
         start = time.perf_counter()
         try:
             fetched = await self.features.fetch(spec.feature_service, entity_rows)
         finally:
             metrics.FEATURE_SECONDS.labels(spec.name).observe(time.perf_counter() - start)
-        x = assemble_input(spec, request_values, fetched.values, len(entity_rows))
+        default = self.settings.missing_policy(spec.name) == "default"
+        served: list[tuple[Pending, slice]] = []
+        rows: list[int] = []  # the batch's rows that go to Triton
+        offset = 0
+        for item in batch:
+            mine = range(offset, offset + item.rows)
+            offset += item.rows
+            if item.future.done():
+                continue
+            refusal = _refusal(spec, item, [fetched.missing[i] for i in mine], default)
+            if refusal is not None:
+                item.future.set_exception(refusal)
+                continue
+            served.append((item, slice(len(rows), len(rows) + item.rows)))
+            rows.extend(mine)
+        if not served:
+            return
+        request_values = [v for p in batch for v in p.request_values]
+        online = fetched.values
+        if len(rows) < len(entity_rows):
+            request_values = [request_values[i] for i in rows]
+            online = {k: [v[i] for i in rows] for k, v in online.items()}
+        inputs = assemble_input(spec, request_values, online, len(rows))
         start = time.perf_counter()
         try:
-            out = await self.triton.infer(spec.triton_model, spec.input_name, x, spec.outputs)
+            out = await self.triton.infer(spec.triton_model, inputs, spec.outputs)
         except ModelNotFound:
             self.forget(spec.name)  # a reload may have changed it: resolve again next time
             raise
         finally:
             metrics.TRITON_SECONDS.labels(spec.name).observe(time.perf_counter() - start)
-        predictions = _predictions(out, [bool(m) for m in fetched.missing])
-        reject = self.settings.missing_policy(spec.name) == "reject"
-        offset = 0
-        for item in batch:
-            mine = slice(offset, offset + item.rows)
-            offset += item.rows
-            if item.future.done():
-                continue
-            missing = fetched.missing[mine]
-            if reject and any(missing):
-                i = next(j for j, m in enumerate(missing) if m)
-                keys = ", ".join(f"{k}={item.entity_rows[i][k]}" for k in spec.entity_keys)
-                item.future.set_exception(
-                    EntityNotFound(
-                        f"no online features for {keys} (missing: {', '.join(missing[i])})",
-                        field=f"rows[{i}]",
-                    )
-                )
-                continue
+        scored = predictions(spec, out, [bool(fetched.missing[i]) for i in rows])
+        oldest = [fetched.oldest_epoch_s[i] for i in rows]
+        for item, part in served:
             item.future.set_result(
                 PredictResult(
                     model=spec.name,
                     version=spec.version,
-                    predictions=predictions[mine],
-                    feature_age_s=age_seconds(fetched.oldest_epoch_s[mine]),
+                    kind=spec.kind,
+                    classes=spec.classes,
+                    predictions=scored[part],
+                    feature_age_s=age_seconds(oldest[part]),
                 )
             )
 
 
-def _validate(spec: ModelSpec, rows: list[Any]) -> tuple[list[dict[str, int]], list[dict[str, float]]]:
-    """Each row: exactly the entity keys (integers) and request fields (finite numbers)."""
-    allowed = set(spec.entity_keys) | set(spec.request_fields)
-    entity_rows, values = [], []
-    for i, row in enumerate(rows):
-        where = f"rows[{i}]"
-        if not isinstance(row, dict):
-            raise InvalidInput("each row must be an object of entity keys and request fields", field=where)
-        unknown = sorted(set(row) - allowed)
-        if unknown:
-            raise InvalidInput(
-                f"unknown field {unknown[0]!r}; this model takes {', '.join(sorted(allowed))}",
-                field=f"{where}.{unknown[0]}",
+def _refusal(
+    spec: ModelSpec, item: Pending, missing: list[list[str]], default: bool
+) -> EntityNotFound | None:
+    """Why ``item`` cannot be scored: an entity without online features under the ``reject``
+    policy, or (under either policy) without a value that has no stand-in (int64, bool)."""
+    for i, names in enumerate(missing):
+        if not names:
+            continue
+        keys = ", ".join(f"{k}={item.entity_rows[i][k]}" for k in spec.entity_key_names)
+        if not default:
+            return EntityNotFound(
+                f"no online features for {keys} (missing: {', '.join(names)})", field=f"rows[{i}]"
             )
-        keys = {}
-        for key in spec.entity_keys:
-            value = row.get(key)
-            if value is None:
-                raise InvalidInput(f"missing entity key {key!r}", field=f"{where}.{key}")
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidInput(f"entity key {key!r} must be an integer", field=f"{where}.{key}")
-            keys[key] = value
-        fields = {}
-        for name in spec.request_fields:
-            value = row.get(name)
-            if value is None:
-                raise InvalidInput(f"missing request field {name!r}", field=f"{where}.{name}")
-            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-                raise InvalidInput(f"request field {name!r} must be a finite number", field=f"{where}.{name}")
-            fields[name] = float(value)
-        entity_rows.append(keys)
-        values.append(fields)
-    return entity_rows, values
-
-
-def assemble_input(
-    spec: ModelSpec, request_values: list[dict[str, float]], online: dict[str, list[Any]], n: int
-) -> np.ndarray:
-    """The model input, columns in training order; a missing online value is NaN (the
-    ensemble's preprocess imputes it with the training value, as it did in training)."""
-    x = np.empty((n, len(spec.feature_names)), dtype=np.float32)
-    for j, name in enumerate(spec.feature_names):
-        if name in spec.request_fields:
-            x[:, j] = [r[name] for r in request_values]
-        else:
-            column = online.get(name)
-            if column is None:
-                raise GatewayError(f"feature service {spec.feature_service!r} does not provide {name!r}")
-            x[:, j] = [np.nan if v is None else v for v in column]
-    return x
-
-
-def _predictions(out: dict[str, np.ndarray], defaults: list[bool]) -> list[Prediction]:
-    probs = out.get("probabilities")
-    if "score" in out:
-        scores = out["score"][:, 0]
-    elif probs is not None:
-        scores = probs[:, -1]
-    else:
-        raise GatewayError("the model returned neither score nor probabilities")
-    labels = out["label"][:, 0] if "label" in out else (scores >= 0.5).astype(np.int64)
-    return [
-        Prediction(
-            score=float(scores[i]),
-            label=int(labels[i]),
-            probabilities=tuple(float(p) for p in probs[i]) if probs is not None else (),
-            defaults_used=defaults[i],
-        )
-        for i in range(len(scores))
-    ]
+        required = undefaultable(spec, names)
+        if required:
+            dtype = spec.dtype(required[0])
+            return EntityNotFound(
+                f"no online value of {required[0]!r} for {keys}: a {dtype} feature has no missing "
+                "value to stand in",
+                field=f"rows[{i}]",
+            )
+    return None

@@ -62,6 +62,14 @@ class ModelNotFound(GatewayError):
     cause = "unknown_model"
 
 
+class SpecError(ModelNotFound):
+    """Triton serves the model, but its config does not say how the gateway can call it: it was
+    not exported from a Feast run, its serving parameters are malformed, or its layout
+    (``tensors``) is not one the gateway assembles from features."""
+
+    cause = "unservable_model"
+
+
 class EntityNotFound(GatewayError):
     http_status = 404
     grpc_code = grpc.StatusCode.NOT_FOUND

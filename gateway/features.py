@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.errors import DeadlineExceeded, Unavailable
+from gateway.errors import DeadlineExceeded, SpecError, Unavailable
+from gateway.request import EntityRow
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class OnlineFeatures:
         self.timeout_s = timeout_s
         self._store = open_store(repo, profile)
         self._services: dict[str, Any] = {}
+        self._key_types: dict[str, dict[str, str]] = {}
         self._async = profile == "redis"
         self._inline = reads == "inline"
 
@@ -64,7 +66,39 @@ class OnlineFeatures:
             loop.run_in_executor(self._pool, functools.partial(fn, *args, **kwargs)), self.timeout_s
         )
 
-    async def fetch(self, service_name: str, entity_rows: list[dict[str, int]]) -> FeatureRows:
+    def entity_key_types(self, service_name: str) -> dict[str, str]:
+        """The service's join keys and their types (``int64``, ``string``, or Feast's type name
+        for any other), from each view's entity columns under the projection's join-key map.
+        A registry read, cached: a service's keys are resolved once per name."""
+        from feast.errors import FeatureViewNotFoundException
+
+        if service_name not in self._key_types:
+            types: dict[str, str] = {}
+            for projection in self.service(service_name).feature_view_projections:
+                try:
+                    view = self._store.get_feature_view(projection.name)
+                except FeatureViewNotFoundException:  # on-demand views have no entities
+                    continue
+                for column in view.entity_columns:
+                    key = projection.join_key_map.get(column.name, column.name)
+                    types[key] = _key_type(column.dtype.to_value_type().name)
+            self._key_types[service_name] = types
+        return self._key_types[service_name]
+
+    async def key_types(self, service_name: str) -> dict[str, str]:
+        """``entity_key_types`` off the event loop (the first call reads the registry)."""
+        from feast.errors import FeatureServiceNotFoundException
+
+        cached = self._key_types.get(service_name)
+        if cached is not None:
+            return cached
+        try:
+            types: dict[str, str] = await self._in_thread(self.entity_key_types, service_name)
+        except FeatureServiceNotFoundException as exc:
+            raise SpecError(f"feature service {service_name!r} is not in the feature repository") from exc
+        return types
+
+    async def fetch(self, service_name: str, entity_rows: list[EntityRow]) -> FeatureRows:
         service = self._services.get(service_name)
         if service is None:  # a registry read, once per service name
             service = await self._in_thread(self.service, service_name)
@@ -117,13 +151,22 @@ class OnlineFeatures:
         writer.close()
         return True
 
-    async def ping(self, service_name: str, entity_keys: tuple[str, ...]) -> bool:
-        """The online store answers a read of ``service_name`` (for /readyz)."""
+    async def ping(self, service_name: str, entity_row: EntityRow) -> bool:
+        """The online store answers a read of ``service_name`` for ``entity_row`` (for /readyz)."""
         try:
-            await self.fetch(service_name, [dict.fromkeys(entity_keys, 0)])
+            await self.fetch(service_name, [entity_row])
             return True
         except Exception:
             return False
+
+
+def _key_type(value_type: str) -> str:
+    """A Feast ValueType name as the gateway's dtype (Feast reads INT32 keys from Python ints too)."""
+    if value_type in ("INT64", "INT32"):
+        return "int64"
+    if value_type == "STRING":
+        return "string"
+    return value_type.lower()
 
 
 def _rows(data: dict[str, list[Any]], n: int, keys: set[str]) -> FeatureRows:

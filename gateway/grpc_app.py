@@ -4,26 +4,79 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import grpc
+import numpy as np
 
 from gateway import metrics
+from gateway.catalog import ClassLabel
 from gateway.errors import GatewayError, InvalidInput
 from gateway.proto import gateway_pb2, gateway_pb2_grpc
+from gateway.request import PredictRequest, Row
+from gateway.responses import Prediction, PredictResult
 from gateway.service import Service
+from gateway.values import Scalar
 
 log = logging.getLogger("gateway")
 
 
-def _row(row: gateway_pb2.Row) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _row(i: int, row: gateway_pb2.Row) -> Row:
+    """A protobuf Row as a typed Row: each Value's kind is its type (bool_value a bool, never an int)."""
+    fields: dict[str, Scalar] = {}
     for key, value in row.fields.items():
         kind = value.WhichOneof("kind")
         if kind is None:
-            raise InvalidInput(f"field {key!r} has no value", field=key)
-        out[key] = getattr(value, kind)
-    return out
+            raise InvalidInput(f"field {key!r} has no value", field=f"rows[{i}].{key}")
+        fields[key] = getattr(value, kind)
+    return Row(fields)
+
+
+def parse_request(request: gateway_pb2.PredictRequest) -> PredictRequest:
+    return PredictRequest(request.model, tuple(_row(i, r) for i, r in enumerate(request.rows)))
+
+
+def _value(value: ClassLabel) -> gateway_pb2.Value:
+    # bool before int: Python's True is an int too
+    if isinstance(value, bool):
+        return gateway_pb2.Value(bool_value=value)
+    if isinstance(value, int):
+        return gateway_pb2.Value(int_value=value)
+    if isinstance(value, float):
+        return gateway_pb2.Value(double_value=value)
+    return gateway_pb2.Value(string_value=value)
+
+
+def _output(array: np.ndarray) -> gateway_pb2.Output:
+    shape = list(array.shape)
+    if array.dtype == object:
+        return gateway_pb2.Output(strings=[str(v) for v in array.ravel()], shape=shape)
+    return gateway_pb2.Output(values=array.astype(np.float64).ravel().tolist(), shape=shape)
+
+
+def _prediction(p: Prediction) -> gateway_pb2.Prediction:
+    message = gateway_pb2.Prediction(probabilities=p.probabilities, defaults_used=p.defaults_used)
+    if p.score is not None:
+        message.score = p.score
+    if p.label is not None:
+        message.class_label.CopyFrom(_value(p.label))
+        if isinstance(p.label, int) and not isinstance(p.label, bool):
+            message.label = p.label  # the field older clients read
+    if p.value is not None:
+        message.value = p.value
+    for name, array in p.outputs.items():
+        message.outputs[name].CopyFrom(_output(array))
+    return message
+
+
+def to_response(result: PredictResult) -> gateway_pb2.PredictResponse:
+    return gateway_pb2.PredictResponse(
+        model=result.model,
+        model_version=result.version,
+        feature_age_seconds=result.feature_age_s,
+        kind=result.kind,
+        classes=[_value(c) for c in result.classes or ()],
+        predictions=[_prediction(p) for p in result.predictions],
+    )
 
 
 class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
@@ -39,21 +92,8 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         try:
             md = {k.lower(): v for k, v in context.invocation_metadata() or ()}
             self.service.auth.check(md.get("x-api-key"), md.get("authorization"))
-            result = await self.service.predictor.predict(request.model, [_row(r) for r in request.rows])
-            return gateway_pb2.PredictResponse(
-                model=result.model,
-                model_version=result.version,
-                feature_age_seconds=result.feature_age_s,
-                predictions=[
-                    gateway_pb2.Prediction(
-                        score=p.score,
-                        label=p.label,
-                        probabilities=p.probabilities,
-                        defaults_used=p.defaults_used,
-                    )
-                    for p in result.predictions
-                ],
-            )
+            result = await self.service.predictor.predict(parse_request(request))
+            return to_response(result)
         except GatewayError as exc:
             status = exc.grpc_code.name
             metrics.ERRORS.labels(exc.cause).inc()

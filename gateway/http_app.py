@@ -23,7 +23,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway import metrics
 from gateway.errors import BadRequest, GatewayError, InvalidInput, MethodNotAllowed, TooLarge
+from gateway.request import PredictRequest, Row
 from gateway.service import Service
+from gateway.values import Scalar
 
 log = logging.getLogger("gateway")
 
@@ -52,7 +54,7 @@ def parse_json(body: bytes) -> Any:
 
 
 def rows_of(body: Any) -> list[Any]:
-    """``{"rows": [...]}`` for a batch, or one row object on its own."""
+    """``{"rows": [...]}`` for a batch, or one row object on its own (not yet checked)."""
     if not isinstance(body, dict):
         raise BadRequest('body must be a JSON object: one row, or {"rows": [...]}')
     if "rows" in body:
@@ -63,6 +65,26 @@ def rows_of(body: Any) -> list[Any]:
             raise InvalidInput(f"unknown top-level field {extra!r}", field=extra)
         return body["rows"]
     return [body]
+
+
+def _row(i: int, row: Any) -> Row:
+    """One JSON row as a typed Row: scalars keep their JSON type; null is no value."""
+    if not isinstance(row, dict):
+        raise InvalidInput("each row must be an object of entity keys and request fields", field=f"rows[{i}]")
+    fields: dict[str, Scalar] = {}
+    for key, value in row.items():
+        if value is None:
+            continue
+        if not isinstance(value, bool | int | float | str):
+            kind = "an array" if isinstance(value, list) else "an object"
+            raise InvalidInput(f"field {key!r} must be a single value, not {kind}", field=f"rows[{i}].{key}")
+        fields[key] = value
+    return Row(fields)
+
+
+def parse_request(model: str, body: bytes) -> PredictRequest:
+    """An HTTP predict body (one row, or ``{"rows": [...]}``) as the typed request."""
+    return PredictRequest(model, tuple(_row(i, r) for i, r in enumerate(rows_of(parse_json(body)))))
 
 
 def to_json(content: Any) -> bytes:
@@ -119,8 +141,8 @@ class PredictRoute:
                 raise MethodNotAllowed(f"{scope['method']} is not allowed here: POST a body of rows")
             headers = dict(scope["headers"])  # ASGI lower-cases header names
             self.service.auth.check(_text(headers.get(b"x-api-key")), _text(headers.get(b"authorization")))
-            rows = rows_of(parse_json(await self._body(headers.get(b"content-length"), receive)))
-            result = await self.service.predictor.predict(model, rows)
+            request = parse_request(model, await self._body(headers.get(b"content-length"), receive))
+            result = await self.service.predictor.predict(request)
             return 200, to_json(result.to_dict()), []
         except GatewayError as exc:
             return error_body(exc)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from gateway.auth import ApiKeys
 from gateway.core import Predictor
 from gateway.features import OnlineFeatures
+from gateway.request import EntityRow
 from gateway.settings import GatewaySettings
 from gateway.triton import TritonClient
 
@@ -47,8 +48,10 @@ class Service:
                 self.predictor.forget(model)
                 spec = await self.predictor.spec(model)
                 checks[f"model:{model}"] = True
+                # any key of the right type: an unknown entity still proves the store answers
+                probe: EntityRow = {k.name: "" if k.dtype == "string" else 0 for k in spec.entity_keys}
                 checks[f"online_store:{spec.feature_service}"] = await self.predictor.features.ping(
-                    spec.feature_service, spec.entity_keys
+                    spec.feature_service, probe
                 )
             except Exception as exc:  # any failure means "not ready", with the reason shown
                 checks[f"model:{model}"] = f"not ready: {getattr(exc, 'message', exc)}"

@@ -27,8 +27,10 @@ class GatewaySettings(BaseSettings):
     # SQLite reads on the event loop (fast) or in a worker thread (loop never blocked); see
     # gateway/features.py. The Redis profile always reads asynchronously.
     feature_reads: Literal["inline", "thread"] = "inline"
-    # What to do when an entity has no online features: reject (404) or use the training
-    # defaults (NaN, imputed by the model's preprocess) and flag the prediction.
+    # What to do when an entity has no online features: reject (404), or stand in for them and
+    # flag the prediction (defaults_used): NaN in a float32 column (the model's imputer reads
+    # it), "" in a string column (a OneHotEncoder with handle_unknown="ignore" reads it as an
+    # unseen category). An int64 or bool column has no stand-in: that entity is a 404 either way.
     missing_entities: Literal["reject", "default"] = "reject"
     missing_entities_by_model: dict[str, Literal["reject", "default"]] = Field(default_factory=dict)
 

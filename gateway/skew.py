@@ -4,7 +4,10 @@ For a sample of entities, at one point in time, build each model-input row twice
 gateway does (online store read through ``OnlineFeatures`` + the model's column order from
 Triton), and (b) as training does (``get_historical_features`` point-in-time join through
 ``feature_repo.store.training_frame``, same feature service, timestamp = now). Any difference
-in any column is reported with the entity, the column and both values.
+in any column is reported with the entity, the column and both values: numeric columns within
+``rtol`` (the served value is the float32/int64/bool the model takes), string columns exactly.
+A training-path null in a string column compares as ``""``, the gateway's stand-in for a missing
+string (gateway/assemble.py): the check is about the stores agreeing, not the stand-in policy.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gateway.core import assemble_input
+from gateway.assemble import assemble_columns
+from gateway.request import EntityRow, RequestValues
 from gateway.service import Service
+from gateway.values import Scalar
 
 
 @dataclass
@@ -44,23 +49,41 @@ class SkewReport:
         }
 
 
-def _same(a: float, b: float, rtol: float) -> bool:
+# what each request field is set to, in both paths (the values are the caller's, not the stores')
+_ZERO: dict[str, Scalar] = {"float32": 0.0, "int64": 0, "bool": False, "string": ""}
+
+
+def _same(dtype: str, served: Any, trained: Any, rtol: float) -> bool:
+    null = bool(pd.isna(trained))  # None, NaN, pd.NA: the join found no value
+    if dtype == "string":
+        return bool(served == ("" if null else trained))
+    a = float(served)
+    b = math.nan if null else float(trained)
+    if dtype == "float32":
+        b = float(np.float32(b))  # the served column is float32, like the model input in training
     if math.isnan(a) and math.isnan(b):
         return True
     return math.isclose(a, b, rel_tol=rtol, abs_tol=rtol)
 
 
+def _plain(value: Any) -> Any:
+    """A value as JSON can carry it (numpy scalars as Python ones)."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
 async def skew_check(
-    service: Service, model: str, entity_rows: list[dict[str, int]], rtol: float = 1e-6
+    service: Service, model: str, entity_rows: list[EntityRow], rtol: float = 1e-6
 ) -> SkewReport:
     from feature_repo.store import training_frame
 
     spec = await service.predictor.spec(model)
     features = service.predictor.features
     # Request-time fields are the caller's: give both paths the same values (zeros).
-    request_values = [dict.fromkeys(spec.request_fields, 0.0) for _ in entity_rows]
+    request_values: list[RequestValues] = [
+        {name: _ZERO[spec.dtype(name)] for name in spec.request_fields} for _ in entity_rows
+    ]
     online = await features.fetch(spec.feature_service, entity_rows)
-    served = assemble_input(spec, request_values, online.values, len(entity_rows))
+    served = assemble_columns(spec, request_values, online.values, len(entity_rows))
 
     # nanosecond UTC timestamps, the dtype Feast's own tables use (a coarser unit comes back
     # from the join as objects and no longer merges)
@@ -68,16 +91,15 @@ async def skew_check(
     entity_df = pd.DataFrame(entity_rows)
     entity_df["event_timestamp"] = pd.Series([now] * len(entity_df), dtype="datetime64[ns, UTC]")
     for name in spec.request_fields:
-        entity_df[name] = 0.0
+        entity_df[name] = _ZERO[spec.dtype(name)]
     store = features.store
     offline = training_frame(store, spec.feature_service, entity_df)
-    trained = offline[list(spec.feature_names)].to_numpy(dtype=np.float64)
 
     report = SkewReport(model, spec.feature_service, len(entity_rows), list(spec.feature_names))
+    trained = {c.name: offline[c.name].tolist() for c in spec.columns}
     for i, keys in enumerate(entity_rows):
-        for j, column in enumerate(spec.feature_names):
-            a, b = float(served[i, j]), float(trained[i, j])
-            # the served tensor is float32, like the model input in training (see builder)
-            if not _same(a, float(np.float32(b)), rtol):
-                report.mismatches.append({"entity": keys, "column": column, "online": a, "training": b})
+        for column in spec.columns:
+            a, b = _plain(served[column.name][i]), _plain(trained[column.name][i])
+            if not _same(column.dtype, a, b, rtol):
+                report.mismatches.append({"entity": keys, "column": column.name, "online": a, "training": b})
     return report

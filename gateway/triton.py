@@ -3,11 +3,29 @@ deadline, every failure translated into the gateway's error tree by its gRPC sta
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from gateway.errors import DeadlineExceeded, GatewayError, ModelNotFound, Unavailable
+
+# numpy dtype -> Triton datatype; strings travel as object arrays of str, Triton's BYTES
+_TRITON_DTYPES = {"float32": "FP32", "int64": "INT64", "bool": "BOOL", "object": "BYTES"}
+
+
+def infer_inputs(inputs: Mapping[str, np.ndarray]) -> list[grpcclient.InferInput]:
+    """Triton inputs for named arrays, each typed by its numpy dtype."""
+    request = []
+    for name, array in inputs.items():
+        datatype = _TRITON_DTYPES.get(array.dtype.name)
+        if datatype is None:
+            raise GatewayError(f"input {name!r} is {array.dtype}, which the gateway does not send to Triton")
+        inp = grpcclient.InferInput(name, list(array.shape), datatype)
+        inp.set_data_from_numpy(array)
+        request.append(inp)
+    return request
 
 
 def translate(exc: InferenceServerException, what: str) -> GatewayError:
@@ -58,13 +76,16 @@ class TritonClient:
             return False
 
     async def infer(
-        self, model: str, input_name: str, x: np.ndarray, outputs: tuple[str, ...]
+        self, model: str, inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...]
     ) -> dict[str, np.ndarray]:
-        inp = grpcclient.InferInput(input_name, list(x.shape), "FP32")
-        inp.set_data_from_numpy(x)
+        """One inference call: named input arrays in (their dtype gives the Triton type), the
+        named outputs back (BYTES outputs as object arrays of bytes)."""
+        request = infer_inputs(inputs)
         requested = [grpcclient.InferRequestedOutput(o) for o in outputs]
         try:
-            result = await self._client.infer(model, [inp], outputs=requested, client_timeout=self.timeout_s)
+            result = await self._client.infer(
+                model, request, outputs=requested, client_timeout=self.timeout_s
+            )
         except InferenceServerException as exc:
             raise translate(exc, f"inference on {model!r}") from exc
         return {o: result.as_numpy(o) for o in outputs}

@@ -102,6 +102,12 @@ def gate(
         ),
     ] = Path("model_repo"),
     rows_per_request: Annotated[int, typer.Option(min=1, help="Rows (batch size) per request")] = 1,
+    channels: Annotated[
+        str,
+        typer.Option(
+            help="Values of the gateway rows' request-time field channel, comma-separated; empty: none"
+        ),
+    ] = "web,app,pos",
     request_timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds per request before it fails")
     ] = 10.0,
@@ -148,6 +154,7 @@ def gate(
                 model_version=model_version,
                 model_repo=str(model_repo.expanduser().absolute()),
                 rows_per_request=rows_per_request,
+                channels=channels,
                 request_timeout=request_timeout,
                 api_key=os.environ.get(API_KEY_ENV, ""),
             ),

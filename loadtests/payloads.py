@@ -1,12 +1,15 @@
 """Request bodies: gateway rows from entity ids, Triton tensors from the model's input example.
 
 Gateway rows follow the feature repo's generator: users ``1..500``, merchants ``1..100`` (both
-configurable), an amount and an hour of day as the request-time fields. Triton inputs come from
-the exported repository: the version's ``metadata.json`` gives each input's name, dtype and
-shape, and ``<model>/warmup/<input>`` holds the raw bytes of the input example's first row (what
-``builder export`` writes for warm-up). Each request jitters that row a little, so a response
-cache or a branch predictor cannot serve the same row forever. Without a local repository the
-signature comes from the server's model metadata and rows are drawn from a seeded normal.
+configurable), an amount, an hour of day and a channel (``web``/``app``/``pos``, configurable) as
+the request-time fields. Triton inputs come from the exported repository: the version's
+``metadata.json`` gives each input's name, dtype and shape (one FP32 matrix, or one typed input
+per column: FP32, INT64, BOOL, or BYTES for a string column), and ``<model>/warmup/<input>``
+holds the input example's first row (what ``builder export`` writes for warm-up: raw bytes, or
+Triton's serialized BYTES format for a string input). Each request jitters the float values a
+little, so a response cache or a branch predictor cannot serve the same row forever. Without a
+local repository the signature comes from the server's model metadata and rows are drawn from a
+seeded normal (strings: from a small fixed vocabulary).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import struct
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +36,18 @@ V2_TO_NUMPY = {
     "INT64": np.int64,
     "UINT8": np.uint8,
     "BOOL": np.bool_,
+    # strings travel as numpy object arrays of str (JSON strings over HTTP, length-prefixed
+    # bytes over gRPC)
+    "BYTES": np.object_,
 }
 NUMPY_TO_V2 = {np.dtype(v).name: k for k, v in V2_TO_NUMPY.items()}
+# The names metadata.json may give a string column (the served dtype is "string").
+STRING_DTYPES = frozenset({"string", "str", "bytes", "object"})
+# Values for a string input with no example: the demo model's channels and some of its merchant
+# categories. A model that never saw them reads them as unknown (a OneHotEncoder with
+# handle_unknown="ignore" encodes all zeros), so any string model accepts them.
+DEFAULT_VOCABULARY = ("web", "app", "pos", "grocery", "electronics", "travel")
+DEFAULT_CHANNELS = ("web", "app", "pos")
 
 
 def parse_id_range(text: str) -> tuple[int, int]:
@@ -48,23 +63,39 @@ def parse_id_range(text: str) -> tuple[int, int]:
     return first, last
 
 
+def parse_channels(text: str) -> tuple[str, ...]:
+    """``"web,app,pos"`` -> ("web", "app", "pos"); empty text -> () (send no channel field)."""
+    return tuple(c.strip() for c in text.split(",") if c.strip())
+
+
 class EntityRows:
     """Gateway rows: random entity ids from the ranges plus request-time fields."""
 
-    def __init__(self, user_ids: str, merchant_ids: str, seed: int | str = 0) -> None:
+    def __init__(
+        self,
+        user_ids: str,
+        merchant_ids: str,
+        seed: int | str = 0,
+        channels: Sequence[str] = DEFAULT_CHANNELS,
+    ) -> None:
         self.users = parse_id_range(user_ids)
         self.merchants = parse_id_range(merchant_ids)
+        self.channels = tuple(channels)
         self._rng = random.Random(seed)
 
     def row(self) -> dict[str, Any]:
         rng = self._rng
-        return {
+        row: dict[str, Any] = {
             "user_id": rng.randint(*self.users),
             "merchant_id": rng.randint(*self.merchants),
             # the generator's amounts are lognormal around e^3.5 ≈ 33
             "amount": round(rng.lognormvariate(3.5, 0.6), 2),
             "hour": rng.randint(0, 23),
         }
+        # No channels configured: a model without the field gets rows without it.
+        if self.channels:
+            row["channel"] = rng.choice(self.channels)
+        return row
 
     def body(self, rows: int) -> dict[str, Any]:
         return {"rows": [self.row() for _ in range(rows)]}
@@ -91,36 +122,48 @@ class TensorSpec:
 class ModelInputs:
     """Draws batches of model inputs for Triton."""
 
-    def __init__(self, tensors: list[TensorSpec], seed: int | str = 0) -> None:
+    def __init__(
+        self,
+        tensors: list[TensorSpec],
+        seed: int | str = 0,
+        vocabulary: Sequence[str] = DEFAULT_VOCABULARY,
+    ) -> None:
         if not tensors:
             raise ValueError("the model declares no inputs")
+        if not vocabulary:
+            raise ValueError("the string vocabulary is empty")
         self.tensors = tensors
+        self.vocabulary = list(vocabulary)
         # hashlib, not hash(): str hashes change per process, and rows should not
         self._rng = np.random.default_rng(int.from_bytes(hashlib.sha256(str(seed).encode()).digest()[:8]))
 
     def batch(self, rows: int) -> dict[str, np.ndarray]:
-        """``{input name: array [rows, *row_shape]}``."""
-        out = {}
-        for t in self.tensors:
-            shape = (rows, *t.row_shape)
-            if t.example is not None:
-                base = np.broadcast_to(t.example.reshape(t.row_shape), shape).astype(np.float64)
-                if t.dtype.kind == "f":
-                    # ±1 % jitter (plus a little absolute noise for zeros): the same distribution, not
-                    # the same bytes every time
-                    base = base * (1 + 0.01 * self._rng.standard_normal(shape))
-                    base = base + 0.001 * self._rng.standard_normal(shape)
-                out[t.name] = base.astype(t.dtype)
-            elif t.dtype.kind == "f":
-                out[t.name] = self._rng.standard_normal(shape).astype(t.dtype)
-            elif t.dtype.kind == "b":
-                out[t.name] = self._rng.integers(0, 2, shape).astype(t.dtype)
-            else:
-                out[t.name] = self._rng.integers(0, 10, shape).astype(t.dtype)
-        return out
+        """``{input name: array [rows, *row_shape]}``; string inputs are object arrays of str."""
+        return {t.name: self._column(t, (rows, *t.row_shape)) for t in self.tensors}
+
+    def _column(self, t: TensorSpec, shape: tuple[int, ...]) -> np.ndarray:
+        kind = t.dtype.kind
+        if t.example is not None:
+            if kind == "O":
+                # a string cannot be jittered; the numeric columns beside it still vary per row
+                return np.array(np.broadcast_to(t.example.reshape(t.row_shape), shape), dtype=object)
+            base = np.broadcast_to(t.example.reshape(t.row_shape), shape).astype(np.float64)
+            if kind == "f":
+                # ±1 % jitter (plus a little absolute noise for zeros): the same distribution, not
+                # the same bytes every time
+                base = base * (1 + 0.01 * self._rng.standard_normal(shape))
+                base = base + 0.001 * self._rng.standard_normal(shape)
+            return base.astype(t.dtype)
+        if kind == "O":
+            return np.array(self._rng.choice(self.vocabulary, size=shape).tolist(), dtype=object)
+        if kind == "f":
+            return self._rng.standard_normal(shape).astype(t.dtype)
+        if kind == "b":
+            return self._rng.integers(0, 2, shape).astype(t.dtype)
+        return self._rng.integers(0, 10, shape).astype(t.dtype)
 
     def v2_json(self, rows: int) -> dict[str, Any]:
-        """A KServe v2 ``/infer`` request body with ``rows`` rows."""
+        """A KServe v2 ``/infer`` request body with ``rows`` rows (BYTES data as JSON strings)."""
         return {
             "inputs": [
                 {
@@ -144,18 +187,15 @@ class ModelInputs:
         meta_path = model_dir / chosen / "metadata.json"
         if not meta_path.is_file():
             return None
-        signature = json.loads(meta_path.read_text()).get("signature", {})
+        metadata = json.loads(meta_path.read_text())
         tensors = []
-        for spec in signature.get("inputs", []):
-            datatype = NUMPY_TO_V2.get(np.dtype(spec["dtype"]).name)
-            if datatype is None:
-                raise ValueError(f"input {spec['name']!r}: dtype {spec['dtype']} is not supported")
+        for spec in metadata.get("signature", {}).get("inputs", []):
+            datatype = _v2_datatype(spec["name"], str(spec["dtype"]))
             row_shape = tuple(int(d) for d in spec["shape"][1:])
-            tensors.append(
-                TensorSpec(
-                    spec["name"], datatype, row_shape, _example(model_dir, spec["name"], datatype, row_shape)
-                )
-            )
+            example = _example(model_dir, spec["name"], datatype, row_shape)
+            if example is None and datatype == "BYTES":
+                example = _metadata_example(metadata, spec["name"], row_shape)
+            tensors.append(TensorSpec(spec["name"], datatype, row_shape, example))
         return cls(tensors, seed)
 
     @classmethod
@@ -170,13 +210,74 @@ class ModelInputs:
         return cls(tensors, seed)
 
 
+def serialize_bytes(values: Iterable[str | bytes]) -> bytes:
+    """Triton's BYTES tensor encoding (raw ``ModelInfer`` contents, warm-up files): per element a
+    4-byte little-endian length, then the bytes (str as UTF-8), in row-major order."""
+    parts = []
+    for value in values:
+        data = value.encode() if isinstance(value, str) else bytes(value)
+        parts.append(struct.pack("<I", len(data)) + data)
+    return b"".join(parts)
+
+
+def parse_bytes(data: bytes) -> list[bytes]:
+    """The elements of a BYTES tensor in Triton's encoding; ValueError if it is truncated."""
+    out, offset = [], 0
+    while offset < len(data):
+        if offset + 4 > len(data):
+            raise ValueError("BYTES tensor: truncated length prefix")
+        (length,) = struct.unpack_from("<I", data, offset)
+        offset += 4
+        if offset + length > len(data):
+            raise ValueError("BYTES tensor: element longer than the data left")
+        out.append(data[offset : offset + length])
+        offset += length
+    return out
+
+
+def _v2_datatype(name: str, dtype: str) -> str:
+    """metadata.json's dtype (numpy's names, ``string`` for a string column) as a v2 datatype."""
+    if dtype in STRING_DTYPES:
+        return "BYTES"
+    try:
+        datatype = NUMPY_TO_V2.get(np.dtype(dtype).name)
+    except TypeError:
+        datatype = None
+    if datatype is None:
+        raise ValueError(f"input {name!r}: dtype {dtype} is not supported")
+    return datatype
+
+
 def _example(model_dir: Path, name: str, datatype: str, row_shape: tuple[int, ...]) -> np.ndarray | None:
     """The warm-up row ``builder export`` wrote, if it is there and the size fits."""
     path = model_dir / "warmup" / name
     if not path.is_file():
         return None
-    data: np.ndarray = np.frombuffer(path.read_bytes(), dtype=V2_TO_NUMPY[datatype])
-    return data.copy() if data.size == int(np.prod(row_shape)) else None
+    data: np.ndarray
+    if datatype == "BYTES":
+        try:
+            elements = parse_bytes(path.read_bytes())
+        except ValueError:
+            return None
+        # errors="replace": a value that is not UTF-8 still makes a valid (if odd) request
+        data = np.array([e.decode("utf-8", errors="replace") for e in elements], dtype=object)
+    else:
+        data = np.frombuffer(path.read_bytes(), dtype=V2_TO_NUMPY[datatype]).copy()
+    return data if data.size == int(np.prod(row_shape)) else None
+
+
+def _metadata_example(metadata: dict[str, Any], name: str, row_shape: tuple[int, ...]) -> np.ndarray | None:
+    """A string input's value in the first row of an input example recorded in metadata.json
+    (``input_example``: MLflow's ``{"columns": [...], "data": [[...]]}`` or a list of records)."""
+    example = metadata.get("input_example")
+    value: Any = None
+    if isinstance(example, dict) and name in example.get("columns", []) and example.get("data"):
+        value = example["data"][0][example["columns"].index(name)]
+    elif isinstance(example, list) and example and isinstance(example[0], dict):
+        value = example[0].get(name)
+    if not isinstance(value, str) or int(np.prod(row_shape)) != 1:
+        return None
+    return np.array([value], dtype=object)
 
 
 def _v2_type(array: np.ndarray) -> str:

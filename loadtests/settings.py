@@ -42,6 +42,13 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
     OptionSpec("--rows-per-request", "LOADTESTS_ROWS", 1, int, "rows (batch size) in each request"),
     OptionSpec("--user-ids", "LOADTESTS_USER_IDS", "1-500", str, "entity id range of users (gateway)"),
     OptionSpec("--merchant-ids", "LOADTESTS_MERCHANT_IDS", "1-100", str, "entity id range of merchants"),
+    OptionSpec(
+        "--channels",
+        "LOADTESTS_CHANNELS",
+        "web,app,pos",
+        str,
+        "comma-separated values of the request-time field channel (gateway); empty sends no channel",
+    ),
     OptionSpec("--request-timeout", "LOADTESTS_REQUEST_TIMEOUT", 10.0, float, "seconds per request"),
     OptionSpec(
         "--think-time", "LOADTESTS_THINK_TIME", 0.0, float, "seconds each user waits between requests"
@@ -63,6 +70,7 @@ class LoadOptions:
     rows_per_request: int = 1
     user_ids: str = "1-500"
     merchant_ids: str = "1-100"
+    channels: str = "web,app,pos"
     request_timeout: float = 10.0
     think_time: float = 0.0
     seed: int = 0

@@ -25,9 +25,13 @@ def validate(
         entries, problems = validate_repository(repo)
         if problems:
             raise ValidationError(problems)
+        warnings = [w for e in entries for w in e.warnings]
         if json_output:
-            emit_json({"ok": True, "models": [{"name": e.name, "versions": e.versions} for e in entries]})
+            models = [{"name": e.name, "versions": e.versions} for e in entries]
+            emit_json({"ok": True, "models": models, "warnings": warnings})
             return
+        for warning in warnings:
+            console.print(f"[yellow]warning:[/] {warning}")
         table = Table(title=f"{repo}: {len(entries)} model(s), no problems")
         for col in ("model", "kind", "versions", "max batch"):
             table.add_column(col)

@@ -7,14 +7,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Value(_message.Message):
-    __slots__ = ("int_value", "double_value", "string_value")
+    __slots__ = ("int_value", "double_value", "string_value", "bool_value")
     INT_VALUE_FIELD_NUMBER: _ClassVar[int]
     DOUBLE_VALUE_FIELD_NUMBER: _ClassVar[int]
     STRING_VALUE_FIELD_NUMBER: _ClassVar[int]
+    BOOL_VALUE_FIELD_NUMBER: _ClassVar[int]
     int_value: int
     double_value: float
     string_value: str
-    def __init__(self, int_value: _Optional[int] = ..., double_value: _Optional[float] = ..., string_value: _Optional[str] = ...) -> None: ...
+    bool_value: bool
+    def __init__(self, int_value: _Optional[int] = ..., double_value: _Optional[float] = ..., string_value: _Optional[str] = ..., bool_value: _Optional[bool] = ...) -> None: ...
 
 class Row(_message.Message):
     __slots__ = ("fields",)
@@ -37,26 +39,53 @@ class PredictRequest(_message.Message):
     rows: _containers.RepeatedCompositeFieldContainer[Row]
     def __init__(self, model: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ...) -> None: ...
 
+class Output(_message.Message):
+    __slots__ = ("values", "strings", "shape")
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    STRINGS_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    strings: _containers.RepeatedScalarFieldContainer[str]
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, values: _Optional[_Iterable[float]] = ..., strings: _Optional[_Iterable[str]] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class Prediction(_message.Message):
-    __slots__ = ("score", "label", "probabilities", "defaults_used")
+    __slots__ = ("score", "label", "probabilities", "defaults_used", "class_label", "value", "outputs")
+    class OutputsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Output
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Output, _Mapping]] = ...) -> None: ...
     SCORE_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
     PROBABILITIES_FIELD_NUMBER: _ClassVar[int]
     DEFAULTS_USED_FIELD_NUMBER: _ClassVar[int]
+    CLASS_LABEL_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     score: float
     label: int
     probabilities: _containers.RepeatedScalarFieldContainer[float]
     defaults_used: bool
-    def __init__(self, score: _Optional[float] = ..., label: _Optional[int] = ..., probabilities: _Optional[_Iterable[float]] = ..., defaults_used: _Optional[bool] = ...) -> None: ...
+    class_label: Value
+    value: float
+    outputs: _containers.MessageMap[str, Output]
+    def __init__(self, score: _Optional[float] = ..., label: _Optional[int] = ..., probabilities: _Optional[_Iterable[float]] = ..., defaults_used: _Optional[bool] = ..., class_label: _Optional[_Union[Value, _Mapping]] = ..., value: _Optional[float] = ..., outputs: _Optional[_Mapping[str, Output]] = ...) -> None: ...
 
 class PredictResponse(_message.Message):
-    __slots__ = ("model", "model_version", "predictions", "feature_age_seconds")
+    __slots__ = ("model", "model_version", "predictions", "feature_age_seconds", "kind", "classes")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
     FEATURE_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    CLASSES_FIELD_NUMBER: _ClassVar[int]
     model: str
     model_version: str
     predictions: _containers.RepeatedCompositeFieldContainer[Prediction]
     feature_age_seconds: float
-    def __init__(self, model: _Optional[str] = ..., model_version: _Optional[str] = ..., predictions: _Optional[_Iterable[_Union[Prediction, _Mapping]]] = ..., feature_age_seconds: _Optional[float] = ...) -> None: ...
+    kind: str
+    classes: _containers.RepeatedCompositeFieldContainer[Value]
+    def __init__(self, model: _Optional[str] = ..., model_version: _Optional[str] = ..., predictions: _Optional[_Iterable[_Union[Prediction, _Mapping]]] = ..., feature_age_seconds: _Optional[float] = ..., kind: _Optional[str] = ..., classes: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...

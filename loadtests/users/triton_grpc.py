@@ -24,11 +24,11 @@ grpc_gevent.init_gevent()
 from locust import User, task  # noqa: E402
 from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: E402
 
-from loadtests.payloads import NUMPY_TO_V2  # noqa: E402
 from loadtests.responses import grpc_problem  # noqa: E402
 from loadtests.targets import parse_grpc_target  # noqa: E402
 from loadtests.users.model_inputs import model_inputs  # noqa: E402
 from loadtests.users.options import load_options, user_seed  # noqa: E402
+from loadtests.v2_grpc import infer_request  # noqa: E402
 
 
 class BadAnswer(Exception):
@@ -86,16 +86,7 @@ class TritonGrpcUser(User):
         return self.options.think_time
 
     def _request(self, rows: int) -> Any:
-        request = service_pb2.ModelInferRequest(
-            model_name=self.options.model, model_version=self.options.model_version
-        )
-        for name, array in self.inputs.batch(rows).items():
-            tensor = request.inputs.add()
-            tensor.name = name
-            tensor.datatype = NUMPY_TO_V2[array.dtype.name]
-            tensor.shape.extend(array.shape)
-            request.raw_input_contents.append(array.tobytes())
-        return request
+        return infer_request(self.options.model, self.options.model_version, self.inputs.batch(rows))
 
     @task
     def infer(self) -> None:

@@ -21,7 +21,7 @@ from feast import FeatureStore
 
 from feature_repo import store as fr
 from feature_repo.definitions import MERCHANT_TTL, USER_TTL
-from feature_repo.generate import GeneratedFiles, generate, point_in_time
+from feature_repo.generate import CHANNELS, MERCHANT_CATEGORIES, GeneratedFiles, generate, point_in_time
 from tests import servers
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.integration
 SOURCE = Path(fr.__file__).resolve().parent
 PROJECT_ROOT = SOURCE.parent
 USER_FEATURES = ["user_age_days", "tx_last_24h", "avg_amount_30d"]
-MERCHANT_FEATURES = ["merchant_risk", "merchant_fraud_rate_30d"]
+MERCHANT_FEATURES = ["merchant_risk", "merchant_fraud_rate_30d", "merchant_category"]
 FRAUD_V1 = [*USER_FEATURES, *MERCHANT_FEATURES]
 UNKNOWN_ID = 10**9
 
@@ -83,12 +83,16 @@ def redis_store(repo: tuple[Path, GeneratedFiles], redis_server: str) -> Feature
     return store
 
 
+def _missing(value: object) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
 def _same(a: object, b: object) -> bool:
-    """Equal, with None and NaN both meaning "no value"."""
-    a_missing = a is None or (isinstance(a, float) and math.isnan(a))
-    b_missing = b is None or (isinstance(b, float) and math.isnan(b))
-    if a_missing or b_missing:
-        return a_missing and b_missing
+    """Equal (numbers approximately, strings exactly), with None, NaN and NA all meaning "no value"."""
+    if _missing(a) or _missing(b):
+        return _missing(a) and _missing(b)
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
     return a == pytest.approx(b)
 
 
@@ -144,7 +148,16 @@ def test_generate_runs_as_module(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     tx = pd.read_parquet(out / "transactions.parquet")
-    assert list(tx.columns) == ["user_id", "merchant_id", "event_timestamp", "amount", "hour", "is_fraud"]
+    assert list(tx.columns) == [
+        "user_id",
+        "merchant_id",
+        "event_timestamp",
+        "amount",
+        "hour",
+        "channel",
+        "is_fraud",
+    ]
+    assert set(tx["channel"]) == set(CHANNELS)
     assert tx["event_timestamp"].max() <= pd.Timestamp("2026-01-31", tz="UTC")
     assert {p.name for p in out.iterdir()} == {
         "user_stats.parquet",
@@ -158,6 +171,7 @@ def test_feature_service_order_is_stable(
 ) -> None:
     path, _ = repo
     assert fr.feature_names(sqlite_store, "fraud_v1") == FRAUD_V1
+    assert fr.string_features(sqlite_store, "fraud_v1") == ["merchant_category"]
     assert fr.feature_refs(sqlite_store, "fraud_v1") == [
         *(f"user_stats:{n}" for n in USER_FEATURES),
         *(f"merchant_stats:{n}" for n in MERCHANT_FEATURES),
@@ -223,6 +237,15 @@ def test_training_frame_covers_every_transaction(
     assert 0 < got["user_age_days"].isna().sum() < len(got) // 2
     risky = got["merchant_risk"] > got["merchant_risk"].median()
     assert got.loc[risky, "is_fraud"].mean() > got.loc[~risky, "is_fraud"].mean()
+    # The string feature comes back as strings from the fixed list, and the label follows it and
+    # the request-time channel (what the model is meant to learn from them).
+    categories = got["merchant_category"].dropna()
+    assert len(categories) > len(got) * 0.9 and set(categories) == set(MERCHANT_CATEGORIES)
+    assert all(isinstance(c, str) for c in categories)
+    by_category = got.groupby("merchant_category")["is_fraud"].mean()
+    assert by_category["digital_goods"] > by_category["grocery"]
+    by_channel = got.groupby("channel")["is_fraud"].mean()
+    assert by_channel["web"] > by_channel["pos"]
 
 
 def _latest(src: pd.DataFrame, key: str, since: pd.Timestamp, features: list[str]) -> dict[int, dict]:
@@ -264,6 +287,8 @@ def test_online_features_are_the_latest_source_values(
         for name in FRAUD_V1:
             assert _same(got[name][i], want[name]), (r, name, got[name][i], want[name])
     assert all(got[name][-1] is None for name in FRAUD_V1)
+    # The string feature is served as the string itself, what the gateway passes to the model.
+    assert all(isinstance(v, str) and v in MERCHANT_CATEGORIES for v in got["merchant_category"][:-1])
 
 
 def test_redis_profile_serves_the_same_online_values(
@@ -276,6 +301,7 @@ def test_redis_profile_serves_the_same_online_values(
 
     assert from_redis == from_sqlite
     assert all(v is not None for v in from_redis["merchant_risk"][:-1])
+    assert all(isinstance(v, str) for v in from_redis["merchant_category"][:-1])
     host, port = redis_server.split(":")
     keys = redis.Redis(host=host, port=int(port)).dbsize()
     assert isinstance(keys, int) and keys > 0, "Feast wrote nothing into Redis"

@@ -55,8 +55,18 @@ def test_bare_defaults_ask_for_a_model_repository(chart: Chart) -> None:
         ({"triton": {"mode": "k8s"}}, "/triton/mode"),
         ({"gateway": {"auth": {"apiKeys": "one-key"}}}, "/gateway/auth/apiKeys"),
         ({"triton": {"gpu": {"enable": True}}}, "enable"),  # a typo must not pass silently
+        ({"triton": {"env": {"LANG": 8}}}, "/triton/env/LANG"),
+        ({"triton": {"env": {"LC ALL": "C.UTF-8"}}}, "LC ALL"),
     ],
-    ids=["wrong-type", "out-of-range", "not-in-enum", "string-for-list", "unknown-key"],
+    ids=[
+        "wrong-type",
+        "out-of-range",
+        "not-in-enum",
+        "string-for-list",
+        "unknown-key",
+        "env-number",
+        "env-name",
+    ],
 )
 def test_wrong_values_fail_against_the_schema(chart: Chart, overrides: dict[str, Any], field: str) -> None:
     values = {**VALUE_SETS["deployment-pvc"], **overrides}

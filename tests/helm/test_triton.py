@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from helm_python import Chart
 
 from tests.helm.chart_support import (
@@ -16,6 +17,7 @@ from tests.helm.chart_support import (
     Release,
     arg_value,
     crd_errors,
+    env_of,
     on,
     render,
     subset,
@@ -159,3 +161,41 @@ def test_gcs_repository_is_synced_with_the_cloud_sdk(chart: Chart) -> None:
     (sync,) = pods.init_containers
     assert sync["image"].startswith("google/cloud-sdk:")
     assert sync["command"] == ["gcloud"] and "gs://b/repo" in sync["args"]
+
+
+UTF8 = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+
+
+def _triton_envs(release: Release) -> list[dict[str, str]]:
+    """The env of every container Triton runs in, and in KServe mode the predictor's too."""
+    envs = [env_of(c) for c in release.pods("triton").containers]
+    if release.kserve:
+        envs.append(env_of(release.one("InferenceService")["spec"]["predictor"]["model"]))
+    return envs
+
+
+@on(*ALL_SETS)
+def test_triton_runs_with_a_utf8_locale(release: Release) -> None:
+    """ONNX string operators need it (onnxruntime_backend#153); the NGC image's default is POSIX."""
+    for env in _triton_envs(release):
+        assert UTF8.items() <= env.items(), env
+
+
+def test_an_existing_kserve_runtime_gets_the_locale_through_the_predictor(chart: Chart) -> None:
+    values = {**VALUE_SETS["kserve-stable"], "kserve": {"runtime": {"create": False}}}
+    rel = render(chart, "kserve-builtin-runtime-env", values)
+    model = rel.one("InferenceService")["spec"]["predictor"]["model"]
+    assert UTF8.items() <= env_of(model).items()
+    assert crd_errors(rel.one("InferenceService")) == []
+
+
+@pytest.mark.parametrize("set_name", ["deployment-pvc", "kserve-canary"])
+def test_triton_env_is_overridable(chart: Chart, set_name: str) -> None:
+    values = {**VALUE_SETS[set_name]}
+    values["triton"] = {
+        **values["triton"],
+        "env": {"LANG": "en_US.UTF-8", "LC_ALL": None, "OMP_NUM_THREADS": "4"},
+    }
+    rel = render(chart, f"{set_name}-env", values)
+    for env in _triton_envs(rel):
+        assert env == {"LANG": "en_US.UTF-8", "OMP_NUM_THREADS": "4"}  # null drops a default

@@ -1,11 +1,12 @@
 """Fixtures of the load-test and release tests.
 
-Real parts where they can run here: a model trained on the spot, registered in the session's
-SQLite MLflow registry, exported by ``builder export`` and served by the real embedded Triton
-(started with the project's launcher on free ports); the gateway user and a gate run against
-the real gateway live in tests/gateway/. ``gateway_standin.py`` serves only the gate's failure
-paths (a target answering not-ready, a run past the hard timeout); ``fake_kube.py`` stands in
-for the Kubernetes API server, which cannot run here.
+Real parts where they can run here: two models trained on the spot (a numeric matrix model,
+and the demo's Pipeline with string columns, exported as one typed input per column),
+registered in the session's SQLite MLflow registry, exported by ``builder export`` and served
+by the real embedded Triton (started with the project's launcher on free ports); the gateway
+user and a gate run against the real gateway live in tests/gateway/. ``gateway_standin.py``
+serves only the gate's failure paths (a target answering not-ready, a run past the hard
+timeout); ``fake_kube.py`` stands in for the Kubernetes API server, which cannot run here.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMOKE_SCRIPT = Path(__file__).resolve().parent / "smoke_user.py"
 MODEL = "lt-fraud"
+TYPED_MODEL = "lt-typed"
 
 
 @dataclass(frozen=True)
@@ -34,11 +36,48 @@ class Served:
     model: str
     http_url: str  # http://127.0.0.1:PORT
     grpc_url: str  # 127.0.0.1:PORT
+    typed_model: str = TYPED_MODEL  # "columns" layout: FP32 and BYTES (string) inputs
+
+
+def typed_classifier(name: str) -> None:
+    """The demo's Pipeline (impute/scale numerics, one-hot strings, boosting) on synthetic rows,
+    registered as ``name@champion``: what the demo serves, in seconds."""
+    import mlflow
+    import numpy as np
+    import pandas as pd
+    from mlflow import MlflowClient
+
+    from demo.train import SKOPS_TRUSTED_TYPES, build_pipeline
+
+    rng = np.random.default_rng(0)
+    rows = 300
+    X = pd.DataFrame(
+        {
+            "amount": rng.lognormal(3.0, 1.0, rows),
+            "merchant_risk": rng.uniform(0, 1, rows),
+            "channel": rng.choice(["web", "app", "pos"], rows).astype(object),
+            "merchant_category": rng.choice(["grocery", "travel", "gaming"], rows).astype(object),
+        }
+    )
+    logit = 3 * X.merchant_risk + 1.0 * (X.channel == "web") + 0.8 * (X.merchant_category == "gaming") - 2.5
+    y = (rng.uniform(size=rows) < 1 / (1 + np.exp(-logit))).astype(int)
+    model = build_pipeline(["amount", "merchant_risk"], ["channel", "merchant_category"], n_estimators=10)
+    model.fit(X, y)
+    with mlflow.start_run():
+        info = mlflow.sklearn.log_model(
+            model,
+            name="model",
+            input_example=X.iloc[:5],
+            registered_model_name=name,
+            skops_trusted_types=SKOPS_TRUSTED_TYPES,
+        )
+    MlflowClient().set_registered_model_alias(name, "champion", str(info.registered_model_version))
 
 
 @pytest.fixture(scope="session")
 def served(mlflow_registry: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """A real classifier (5 FP32 features, like the demo's) exported and served by real Triton."""
+    """Real classifiers exported into one repository and served by real Triton: ``MODEL`` (one
+    FP32 matrix of 5 features) and ``TYPED_MODEL`` (per-column FP32 and string inputs)."""
     from builder.export import ExportRequest, export_model
     from builder.runtime.install import install_runtime
     from builder.runtime.paths import default_runtime_dir
@@ -48,6 +87,8 @@ def served(mlflow_registry: str, tmp_path_factory: pytest.TempPathFactory) -> It
     repo = tmp_path_factory.mktemp("lt-served") / "model_repo"
     models.sklearn_classifier(MODEL)
     export_model(ExportRequest(f"models:/{MODEL}@champion", repo))
+    typed_classifier(TYPED_MODEL)
+    export_model(ExportRequest(f"models:/{TYPED_MODEL}@champion", repo))
     runtime = install_runtime(default_runtime_dir(), log=print)
     log = tmp_path_factory.mktemp("lt-triton-log") / "tritonserver.log"
     server = TritonServer(repo, runtime=runtime, log_path=log)

@@ -16,7 +16,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-ROW_FIELDS = {"user_id": int, "merchant_id": int, "amount": (int, float), "hour": int}
+# The demo model's request: entity keys, and the request-time fields amount, hour and channel.
+ROW_FIELDS = {"user_id": int, "merchant_id": int, "amount": (int, float), "hour": int, "channel": str}
 USER_IDS = range(1, 501)
 MERCHANT_IDS = range(1, 101)
 _PREDICT = re.compile(r"^/v1/models/([A-Za-z0-9_.-]+)/predict$")

@@ -26,23 +26,34 @@ def assert_all_succeeded(result: dict[str, object], type_: str, name: str) -> No
         assert request["response_time"] > 0 and request["response_length"] > 0
 
 
+def model_of(served: Served, layout: str) -> str:
+    return served.model if layout == "matrix" else served.typed_model
+
+
+@pytest.mark.parametrize("layout", ["matrix", "columns"])
 @pytest.mark.parametrize("source", ["repo", "server"])
-def test_triton_http_user(served: Served, tmp_path: Path, source: str) -> None:
-    # "repo": the exported input example; "server": no local repository, signature from /v2/models
+def test_triton_http_user(served: Served, tmp_path: Path, source: str, layout: str) -> None:
+    # "repo": the exported input example; "server": no local repository, signature from /v2/models.
+    # "columns": one typed input per column, strings sent as BYTES (JSON strings).
     repo = str(served.repo) if source == "repo" else str(tmp_path / "no-repo")
+    model = model_of(served, layout)
     result = smoke_user(
         "TritonHttpUser",
-        ["--host", served.http_url, "--model", served.model, "--model-repo", repo, "--rows-per-request", "2"],
+        ["--host", served.http_url, "--model", model, "--model-repo", repo, "--rows-per-request", "2"],
         tmp_path,
     )
     assert_all_succeeded(result, "POST", "infer")
 
 
+@pytest.mark.parametrize("layout", ["matrix", "columns"])
 @pytest.mark.parametrize("source", ["repo", "server"])
-def test_triton_grpc_user(served: Served, tmp_path: Path, source: str) -> None:
+def test_triton_grpc_user(served: Served, tmp_path: Path, source: str, layout: str) -> None:
     repo = str(served.repo) if source == "repo" else str(tmp_path / "no-repo")
+    model = model_of(served, layout)
     result = smoke_user(
-        "TritonGrpcUser", ["--host", served.grpc_url, "--model", served.model, "--model-repo", repo], tmp_path
+        "TritonGrpcUser",
+        ["--host", served.grpc_url, "--model", model, "--model-repo", repo, "--rows-per-request", "2"],
+        tmp_path,
     )
     assert_all_succeeded(result, "grpc", "infer")
 

@@ -10,7 +10,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from loadtests.payloads import EntityRows, ModelInputs, parse_id_range
+from loadtests.payloads import (
+    DEFAULT_VOCABULARY,
+    EntityRows,
+    ModelInputs,
+    parse_bytes,
+    parse_channels,
+    parse_id_range,
+    serialize_bytes,
+)
 from loadtests.profiles import spike, steady, step
 from loadtests.responses import gateway_problem, grpc_problem, v2_problem
 from loadtests.settings import LoadOptions
@@ -25,6 +33,15 @@ def test_gateway_rows_follow_the_contract_and_the_entity_ranges() -> None:
     assert min(users) >= 1 and max(users) <= 500 and len(users) > 100  # spread, not one hot key
     again = EntityRows("1-500", "1-100", seed=3).body(200)
     assert again == body  # reproducible per seed
+    assert {r["channel"] for r in body["rows"]} == {"web", "app", "pos"}  # the default channels
+
+
+def test_gateway_rows_take_the_configured_channels() -> None:
+    rows = EntityRows("1-5", "1-5", seed=1, channels=parse_channels(" kiosk, phone ")).body(50)["rows"]
+    assert {r["channel"] for r in rows} == {"kiosk", "phone"}
+    # no channels configured: rows for a model without the field
+    bare = EntityRows("1-5", "1-5", seed=1, channels=parse_channels("")).body(3)["rows"]
+    assert all(set(r) == {"user_id", "merchant_id", "amount", "hour"} for r in bare)
 
 
 @pytest.mark.parametrize("text", ["", "a-b", "5-1", "-3"])
@@ -65,6 +82,128 @@ def test_no_local_model_means_the_servers_signature(tmp_path: Path) -> None:
         {"name": "m", "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 5]}]}, seed=2
     )
     assert inputs.batch(3)["input"].shape == (3, 5)
+
+
+# A "columns" export (docs/serving-contract.md): one [N, 1] input per column, named after it.
+COLUMNS = {
+    "amount": ("float32", np.float32(42.5)),
+    "hour": ("int64", np.int64(13)),
+    "is_new": ("bool", np.bool_(True)),
+    "channel": ("string", "pos"),
+}
+
+
+def columns_repo(tmp_path: Path, *, warmup: bool = True, input_example: Any = None) -> Path:
+    """A repository as `builder export` writes a per-column model: the signature, and a warm-up
+    file per input (raw bytes; Triton's serialized BYTES format for the string)."""
+    model = tmp_path / "repo" / "m"
+    (model / "1").mkdir(parents=True)
+    (model / "warmup").mkdir()
+    signature = {
+        "inputs": [{"name": n, "dtype": dtype, "shape": [-1, 1]} for n, (dtype, _) in COLUMNS.items()]
+    }
+    meta: dict[str, Any] = {"signature": signature}
+    if input_example is not None:
+        meta["input_example"] = input_example
+    (model / "1" / "metadata.json").write_text(json.dumps(meta))
+    if warmup:
+        for name, (dtype, value) in COLUMNS.items():
+            data = serialize_bytes([value]) if dtype == "string" else np.asarray([value]).tobytes()
+            (model / "warmup" / name).write_bytes(data)
+    return tmp_path / "repo"
+
+
+def test_typed_columns_come_from_the_models_warmup_row(tmp_path: Path) -> None:
+    inputs = ModelInputs.from_repo(columns_repo(tmp_path), "m", seed=4)
+    assert inputs is not None
+    batch = inputs.batch(3)
+    assert {n: a.shape for n, a in batch.items()} == dict.fromkeys(COLUMNS, (3, 1))
+    assert batch["channel"].dtype == object and batch["channel"].ravel().tolist() == ["pos"] * 3
+    assert batch["hour"].dtype == np.int64 and batch["hour"].ravel().tolist() == [13] * 3
+    assert batch["is_new"].dtype == np.bool_ and batch["is_new"].all()
+    assert batch["amount"].dtype == np.float32
+    np.testing.assert_allclose(batch["amount"], 42.5, rtol=0.06)
+    assert len(set(batch["amount"].ravel().tolist())) == 3  # floats still vary per row
+
+
+def test_v2_json_sends_strings_as_json_strings(tmp_path: Path) -> None:
+    inputs = ModelInputs.from_repo(columns_repo(tmp_path), "m", seed=4)
+    assert inputs is not None
+    body = json.loads(json.dumps(inputs.v2_json(2)))  # what goes over the wire
+    by_name = {i["name"]: i for i in body["inputs"]}
+    assert {n: (i["datatype"], i["shape"]) for n, i in by_name.items()} == {
+        "amount": ("FP32", [2, 1]),
+        "hour": ("INT64", [2, 1]),
+        "is_new": ("BOOL", [2, 1]),
+        "channel": ("BYTES", [2, 1]),
+    }
+    assert by_name["channel"]["data"] == ["pos", "pos"]
+    assert by_name["hour"]["data"] == [13, 13] and by_name["is_new"]["data"] == [True, True]
+
+
+def test_string_inputs_without_a_warmup_row(tmp_path: Path) -> None:
+    # An input example recorded in metadata.json gives the value...
+    example = {"columns": list(COLUMNS), "data": [[40.0, 3, False, "web"]]}
+    inputs = ModelInputs.from_repo(columns_repo(tmp_path / "a", warmup=False, input_example=example), "m")
+    assert inputs is not None
+    assert inputs.batch(2)["channel"].ravel().tolist() == ["web", "web"]
+    # ...else values come from the fixed vocabulary, as from a server's metadata (BYTES inputs).
+    bare = ModelInputs.from_repo(columns_repo(tmp_path / "b", warmup=False), "m", seed=1)
+    assert bare is not None
+    drawn = bare.batch(50)["channel"].ravel().tolist()
+    assert set(drawn) <= set(DEFAULT_VOCABULARY) and len(set(drawn)) > 1
+    served = ModelInputs.from_v2_metadata(
+        {"inputs": [{"name": "channel", "datatype": "BYTES", "shape": [-1, 1]}]}, seed=1
+    )
+    assert set(served.v2_json(20)["inputs"][0]["data"]) <= set(DEFAULT_VOCABULARY)
+
+
+def test_a_damaged_string_warmup_file_falls_back_to_the_vocabulary(tmp_path: Path) -> None:
+    repo = columns_repo(tmp_path)
+    (repo / "m" / "warmup" / "channel").write_bytes(b"\x09\x00\x00\x00pos")  # says 9 bytes, has 3
+    inputs = ModelInputs.from_repo(repo, "m")
+    assert inputs is not None
+    assert set(inputs.batch(5)["channel"].ravel().tolist()) <= set(DEFAULT_VOCABULARY)
+
+
+def test_bytes_encoding_is_tritons() -> None:
+    from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
+
+    values = ["web", "", "café"]
+    encoded = serialize_bytes(values)
+    assert encoded == serialize_byte_tensor(np.array(values, dtype=object)).item()
+    assert parse_bytes(encoded) == [v.encode() for v in values]
+    assert deserialize_bytes_tensor(encoded).tolist() == [v.encode() for v in values]
+    with pytest.raises(ValueError, match="truncated"):
+        parse_bytes(encoded[:2])
+
+
+def test_grpc_requests_carry_strings_as_bytes_tensors(tmp_path: Path) -> None:
+    from tritonclient.grpc import InferInput
+    from tritonclient.utils import deserialize_bytes_tensor
+
+    from loadtests.v2_grpc import infer_request
+
+    inputs = ModelInputs.from_repo(columns_repo(tmp_path), "m", seed=4)
+    assert inputs is not None
+    batch = inputs.batch(2)
+    request = infer_request("m", "1", batch)
+    assert (request.model_name, request.model_version) == ("m", "1")
+    tensors = {t.name: (t.datatype, list(t.shape)) for t in request.inputs}
+    assert tensors == {
+        "amount": ("FP32", [2, 1]),
+        "hour": ("INT64", [2, 1]),
+        "is_new": ("BOOL", [2, 1]),
+        "channel": ("BYTES", [2, 1]),
+    }
+    contents = dict(zip([t.name for t in request.inputs], request.raw_input_contents, strict=True))
+    assert deserialize_bytes_tensor(contents["channel"]).tolist() == [b"pos", b"pos"]
+    assert np.frombuffer(contents["hour"], dtype=np.int64).tolist() == [13, 13]
+    # The same tensor as tritonclient's own InferInput builds from an object array.
+    reference = InferInput("channel", [2, 1], "BYTES")
+    reference.set_data_from_numpy(batch["channel"])
+    assert reference.datatype() == tensors["channel"][0]
+    assert reference._get_content() == contents["channel"]
 
 
 def test_answer_checks() -> None:

@@ -264,3 +264,13 @@ predictor's cluster-local host, where Knative splits traffic between the stable 
 {{- define "triton-stack.gateway.apiKeysSecret" -}}
 {{- default (printf "%s-api-keys" (include "triton-stack.gateway.name" .)) .Values.gateway.auth.existingSecret }}
 {{- end }}
+
+{{/*
+The Triton container's env entries (triton.env, NAME: value, in name order), or nothing.
+*/}}
+{{- define "triton-stack.triton.env" -}}
+{{- range $name, $value := .Values.triton.env }}
+- name: {{ $name }}
+  value: {{ $value | toString | quote }}
+{{- end }}
+{{- end }}
