@@ -13,8 +13,7 @@ The exporter's graph is reshaped to the common contract (builder/kinds.py):
 Refused, each checked against the exporter (catboost 1.2.10): categorical, text and embedding
 features (the exporter has no ONNX form for them), losses whose export does not answer what
 ``predict`` does (Poisson/Tweedie give the log-scale value, MultiClassOneVsAll a softmax, the
-multi-target losses an invalid graph), ranking losses, and string class labels (parity does not
-compare string outputs yet).
+multi-target losses an invalid graph), and ranking losses.
 """
 
 from __future__ import annotations
@@ -102,14 +101,16 @@ class CatBoostConverter(FlavorConverter):
         loss = _loss(native)
         if loss in CLASSIFICATION_LOSSES:
             classes = list(native.classes_)
-            if not all(_integral(c) for c in classes):
-                shown = ", ".join(map(repr, classes[:5]))
-                raise ConversionError(
-                    f"this CatBoost classifier has non-integer class labels ({shown}): the export's "
-                    "parity check compares integer labels only",
-                    hint="train on labels encoded as integers 0..C-1 and map them back in the client",
-                )
-            return ModelKind.classifier(int(c) for c in classes)
+            if all(_integral(c) for c in classes):
+                return ModelKind.classifier(int(c) for c in classes)
+            if all(isinstance(c, str | np.str_) for c in classes):
+                return ModelKind.classifier(str(c) for c in classes)
+            shown = ", ".join(map(repr, classes[:5]))
+            raise ConversionError(
+                f"this CatBoost classifier has class labels ({shown}) that are neither integers nor "
+                "strings, which the label output cannot carry",
+                hint="train on integer or string class labels",
+            )
         if loss in REGRESSION_LOSSES:
             return ModelKind.regressor()
         why = _REFUSED.get(loss, "a ranking or other loss whose output is neither classes nor a value")
@@ -178,11 +179,14 @@ def _drop_zipmap(model: onnx.ModelProto) -> None:
 
 
 def _label_from_probabilities(model: onnx.ModelProto, classes: tuple[Any, ...]) -> None:
-    """``label`` = classes[argmax(probabilities)], [N, 1] int64."""
+    """``label`` = classes[argmax(probabilities)], [N, 1]: int64, or string for string classes."""
     graph = model.graph
     for node in graph.node:  # the exporter's label stays computed but unused
         node.output[:] = [f"{LABEL}__exported" if o == _EXPORTED_LABEL else o for o in node.output]
-    values = helper.make_tensor(f"{LABEL}__classes", onnx.TensorProto.INT64, [len(classes)], list(classes))
+    strings = any(isinstance(c, str) for c in classes)
+    dtype = onnx.TensorProto.STRING if strings else onnx.TensorProto.INT64
+    labels = [str(c).encode() for c in classes] if strings else [int(c) for c in classes]
+    values = helper.make_tensor(f"{LABEL}__classes", dtype, [len(classes)], labels)
     graph.initializer.append(values)
     graph.node.extend(
         [
@@ -192,7 +196,7 @@ def _label_from_probabilities(model: onnx.ModelProto, classes: tuple[Any, ...]) 
     )
     for out in graph.output:
         if out.name == LABEL:
-            out.type.CopyFrom(helper.make_tensor_type_proto(onnx.TensorProto.INT64, ["batch", 1]))
+            out.type.CopyFrom(helper.make_tensor_type_proto(dtype, ["batch", 1]))
     if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("", FALLBACK_OPSET))
         model.ir_version = max(model.ir_version, _IR_FOR_FALLBACK_OPSET)
