@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from builder.convert.base import (
     FALLBACK_OPSET,
@@ -185,8 +185,10 @@ def _label_from_probabilities(model: onnx.ModelProto, classes: tuple[Any, ...]) 
         node.output[:] = [f"{LABEL}__exported" if o == _EXPORTED_LABEL else o for o in node.output]
     strings = any(isinstance(c, str) for c in classes)
     dtype = onnx.TensorProto.STRING if strings else onnx.TensorProto.INT64
-    labels = [str(c).encode() for c in classes] if strings else [int(c) for c in classes]
-    values = helper.make_tensor(f"{LABEL}__classes", dtype, [len(classes)], labels)
+    table = (
+        np.array([str(c) for c in classes], dtype=object) if strings else np.array(classes, dtype=np.int64)
+    )
+    values = numpy_helper.from_array(table, f"{LABEL}__classes")
     graph.initializer.append(values)
     graph.node.extend(
         [
