@@ -151,9 +151,12 @@ class SklearnConverter(FlavorConverter):
                     final_types=final_types,
                 )
         except (RuntimeError, NotImplementedError, TypeError, ValueError, KeyError) as exc:
+            what = type(native).__name__
+            if what == "Pipeline":
+                steps = " -> ".join(type(step).__name__ for _, step in native.steps)
+                what = f"the Pipeline ({steps})"
             raise ConversionError(
-                f"skl2onnx cannot convert {type(final_estimator(native)).__name__}: {_first_line(exc)}",
-                hint=_hint(exc),
+                f"skl2onnx cannot convert {what}: {_first_line(exc)}", hint=_hint(exc)
             ) from exc
         return model
 
@@ -195,8 +198,13 @@ def _initial_type(tensor: TensorSpec) -> tuple[str, Any]:
 
 def _hint(exc: BaseException) -> str:
     text = str(exc)
-    if "Imputer" in text or ("string" in text.lower() and "impute" in text.lower()):
-        return "ONNX's Imputer takes numbers only: fill missing strings before the model (e.g. '')"
+    if "missing values are string" in text:
+        # skl2onnx converts a string SimpleImputer only when its missing marker is a string.
+        return (
+            "a SimpleImputer over string columns converts with a string marker, e.g. "
+            "SimpleImputer(missing_values='', strategy='constant', fill_value='missing'), "
+            "with missing strings filled with '' before the model (what the gateway sends)"
+        )
     return "use estimators skl2onnx supports, or register a converter for custom steps"
 
 

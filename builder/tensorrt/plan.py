@@ -164,6 +164,9 @@ def plan_artifact(
         plan_file=spec.plan,
         warmup_files={t.name: t.name for t in inputs} if serving.warmup else None,
     )
+    # The plan answers as the ONNX model does: clients read the same serving contract from it.
+    for key, value in onnx_artifact.config.parameters.items():
+        config.parameters[key].CopyFrom(value)
     described = _describe(pre, spec, build, parity, calibration)
     metadata = copy.deepcopy(onnx_artifact.metadata)
     metadata["format"] = "tensorrt_plan"

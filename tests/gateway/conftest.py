@@ -1,6 +1,7 @@
 """The real stack for gateway tests: a Feast repo (SQLite online store) with generated data,
 a model trained from its historical features and registered in a SQLite MLflow registry,
-exported with its ensemble, served by the embedded Triton, and `gateway serve` in front."""
+exported (a Pipeline with string columns: one typed input per column), served by the embedded
+Triton, and `gateway serve` in front."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def stack(
     exp_id = mlflow.get_experiment_by_name("tests").experiment_id
     trained = train_and_register(store, MODEL, exp_id, n_estimators=20)
     model_repo = root / "model_repo"
-    export_model(ExportRequest(f"models:/{MODEL}@champion", model_repo, ensemble=True))
+    export_model(ExportRequest(f"models:/{MODEL}@champion", model_repo))
     names = [p.name for p in model_repo.iterdir() if p.is_dir()]
     triton = TritonServer(
         model_repo,

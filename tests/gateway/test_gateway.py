@@ -17,7 +17,6 @@ import pandas as pd
 import pytest
 import requests
 
-from builder.ensemble_models import transforms
 from gateway.proto import gateway_pb2, gateway_pb2_grpc
 from tests import servers
 from tests.gateway.conftest import MODEL, Stack, gateway_env
@@ -25,9 +24,9 @@ from tests.gateway.conftest import MODEL, Stack, gateway_env
 pytestmark = pytest.mark.integration
 
 ROWS = [
-    {"user_id": 17, "merchant_id": 3, "amount": 42.5, "hour": 13},
-    {"user_id": 250, "merchant_id": 88, "amount": 980.0, "hour": 3},
-    {"user_id": 401, "merchant_id": 12, "amount": 12.0, "hour": 20},
+    {"user_id": 17, "merchant_id": 3, "amount": 42.5, "hour": 13, "channel": "web"},
+    {"user_id": 250, "merchant_id": 88, "amount": 980.0, "hour": 3, "channel": "app"},
+    {"user_id": 401, "merchant_id": 12, "amount": 12.0, "hour": 20, "channel": "pos"},
 ]
 
 
@@ -38,16 +37,13 @@ def expected_scores(stack: Stack, rows: list[dict[str, Any]]) -> np.ndarray:
     service = stack.store.get_feature_service(SERVICE)
     keys = [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in rows]
     online = stack.store.get_online_features(features=service, entity_rows=keys).to_dict()
-    columns = stack.trained.columns
-    x = np.array(
-        [
-            [r[c] if c in r else (np.nan if online[c][i] is None else online[c][i]) for c in columns]
-            for i, r in enumerate(rows)
-        ],
-        dtype=np.float32,
-    )
-    features = transforms.preprocess(x, stack.trained.spec["preprocess"])
-    return stack.trained.model.predict_proba(pd.DataFrame(features.astype(np.float64), columns=columns))[:, 1]
+    trained = stack.trained
+    full = [{c: r[c] if c in r else online[c][i] for c in trained.columns} for i, r in enumerate(rows)]
+    frame = trained.input_frame(full)
+    for column in frame.columns:  # the model input carries numbers as float32, as Triton gets them
+        if column not in trained.string_columns:
+            frame[column] = frame[column].astype(np.float32).astype(np.float64)
+    return trained.model.predict_proba(frame)[:, 1]
 
 
 def online_complete(stack: Stack, row: dict[str, Any]) -> bool:
@@ -71,6 +67,8 @@ def grpc_predict(
     metadata: tuple[tuple[str, str], ...] = (),
 ) -> gateway_pb2.PredictResponse:
     def value(v: Any) -> gateway_pb2.Value:
+        if isinstance(v, str):
+            return gateway_pb2.Value(string_value=v)
         return gateway_pb2.Value(int_value=v) if isinstance(v, int) else gateway_pb2.Value(double_value=v)
 
     with grpc.insecure_channel(gw.grpc) as channel:
@@ -87,7 +85,7 @@ def test_http_predictions_equal_the_model_on_the_same_features(stack: Stack, gat
     assert body["model"] == MODEL and body["version"] == str(stack.trained.version)
     scores = np.array([p["score"] for p in body["predictions"]])
     np.testing.assert_allclose(scores, expected_scores(stack, ROWS), atol=1e-5)
-    # the ensemble's postprocess applies the run's threshold (0.35)
+    # the gateway applies the run's threshold (0.35, recorded as serving.decision_threshold)
     assert [p["label"] for p in body["predictions"]] == [int(s >= 0.35) for s in scores]
     assert 0 <= body["feature_age_seconds"] < 3 * 24 * 3600
     assert not any(p["defaults_used"] for p in body["predictions"])
@@ -187,7 +185,13 @@ def test_grpc_errors_carry_grpc_statuses(gateway: servers.Gateway):
 def test_concurrent_clients_all_get_their_own_answers(stack: Stack, gateway: servers.Gateway):
     rng = np.random.default_rng(3)
     candidates = [
-        {"user_id": int(u), "merchant_id": int(m), "amount": float(a), "hour": int(h)}
+        {
+            "user_id": int(u),
+            "merchant_id": int(m),
+            "amount": float(a),
+            "hour": int(h),
+            "channel": ("web", "app", "pos")[u % 3],
+        }
         for u, m, a, h in zip(
             rng.integers(1, 501, 300),
             rng.integers(1, 101, 300),
@@ -275,7 +279,7 @@ def test_missing_entity_with_defaults_policy_is_flagged(stack: Stack, tmp_path):
         assert response.status_code == 200, response.text
         flags = [p["defaults_used"] for p in response.json()["predictions"]]
         assert flags == [False, True]
-        # NaN for the missing user's features, imputed by the ensemble with training medians
+        # NaN for the missing user's features, imputed inside the graph with training medians
         got = [p["score"] for p in response.json()["predictions"]]
         np.testing.assert_allclose(got, expected_scores(stack, rows), atol=1e-5)
 

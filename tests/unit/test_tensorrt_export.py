@@ -209,7 +209,11 @@ def test_format_tensorrt_makes_the_model_name_the_plan(stand_in, registered, rep
         request(registered["with_example"], repo_dir, formats=("tensorrt",), precision="tf32")
     )
     assert [w.name for w in result.written] == ["trt-mlp"]
-    assert parse_pbtxt((repo_dir / "trt-mlp" / "config.pbtxt").read_text()).platform == "tensorrt_plan"
+    config = parse_pbtxt((repo_dir / "trt-mlp" / "config.pbtxt").read_text())
+    assert config.platform == "tensorrt_plan"
+    # clients (the gateway) read the same serving contract from a plan as from the ONNX model
+    assert config.parameters["serving.layout"].string_value == "tensors"
+    assert config.parameters["serving.kind"].string_value == "other"
     meta = json.loads((repo_dir / "trt-mlp" / "1" / "metadata.json").read_text())
     assert meta["tensorrt"]["parity"]["atol"] == 1e-3  # tf32's tolerance
     assert validate_repository(repo_dir)[1] == []
