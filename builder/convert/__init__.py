@@ -20,6 +20,10 @@ def converter_for(flavor: str, *, output_names: list[str] | None = None) -> Flav
         from builder.convert.boosting import LightGBMConverter
 
         return LightGBMConverter()
+    if flavor == "catboost":
+        from builder.convert.catboost import CatBoostConverter
+
+        return CatBoostConverter()
     if flavor == "pytorch":
         from builder.convert.pytorch import PyTorchConverter
 
