@@ -155,7 +155,12 @@ class Load(Step):
                 f"{type(exc).__name__}: {str(exc).strip()[:200]}",
                 hint="the artifact may be corrupted or need a library version this environment lacks",
             ) from exc
-        ctx.kind = ctx.flavor.describe(ctx.native, ctx.served)
+        try:
+            ctx.kind = ctx.flavor.describe(ctx.native, ctx.served)
+        except ConversionError as exc:  # name the model, as every other refusal does
+            if exc.message.startswith(model.ref):
+                raise
+            raise ConversionError(f"{model.ref}: {exc.message}", hint=exc.hint) from exc
         try:
             raw = model.mlmodel.load_input_example(str(model.local_path))
         except Exception:  # an unreadable example is not fatal: parity falls back to generated rows
