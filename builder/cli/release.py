@@ -3,8 +3,8 @@
 The commands only translate options into ``builder.release`` calls. ``--mode`` picks KServe's
 deployment mode (``builder.release.modes``): ``serverless`` (Knative, ``canaryTrafficPercent``),
 ``standard`` (KServe >= 0.20, ``spec.canary``) or ``auto`` (default: the live object's; a new
-one, ``render`` and nothing else to go by: Serverless; ``--dry-run``: the plan for each mode). Manifests and dry-run
-plans go to stdout (YAML, or JSON with ``--json``), progress and tables to stderr, so
+one, ``render`` and nothing else to go by: Serverless; ``--dry-run``: the plan for each mode).
+Manifests and dry-run plans go to stdout (YAML, or JSON with ``--json``), progress and tables to stderr, so
 ``builder release render ... > isvc.yaml`` and ``... status --json | jq`` work in pipelines.
 """
 

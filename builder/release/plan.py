@@ -167,9 +167,7 @@ def apply_plan(spec: ServiceSpec, crd: Path | None) -> Plan:
     return Plan("apply", spec.name, spec.namespace, requests, mode=spec.mode.value)
 
 
-def traffic_plan(
-    operation: str, name: str, namespace: str, crd: Path | None, mode: Mode = Mode.AUTO
-) -> Plan:
+def traffic_plan(operation: str, name: str, namespace: str, crd: Path | None, mode: Mode = Mode.AUTO) -> Plan:
     """``promote`` or ``rollback``, per mode. Serverless: remove canaryTrafficPercent / set it
     to 0. Standard: built from the live ``spec.canary``, shown here on an example canary."""
     requests: list[dict[str, Any]] = []

@@ -173,8 +173,8 @@ class RolloutStatus:
         for name in self.canary_names:
             if not (by_name.get(name) or {}).get("ready"):
                 return f"canary {name} not ready"
-        for name in by_name.keys() - set(self.canary_names):
-            return f"canary {name} is still being removed"
+        for gone in sorted(str(n) for n in by_name.keys() - set(self.canary_names)):
+            return f"canary {gone} is still being removed"
         if latest_percent is not None and self.latest_percent != latest_percent:
             return f"newest version has {self.latest_percent}% of traffic, waiting for {latest_percent}%"
         return None
