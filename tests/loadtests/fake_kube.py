@@ -244,7 +244,8 @@ class FakeKServe:
         canaries = obj["spec"].get("canary") or []
         for entry in canaries:
             predictor = copy.deepcopy(entry["predictor"])
-            wanted[predictor.pop("name")] = merge_patch(stable, predictor)  # laid over the stable one
+            canary_name = predictor.pop("name")
+            wanted[canary_name] = merge_patch(stable, predictor)  # laid over the stable one
         deployments = {}
         for deployment, template in wanted.items():
             known = revs.deployments.get(deployment)
