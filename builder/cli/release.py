@@ -1,7 +1,10 @@
 """``builder release render|apply|promote|rollback|status``: KServe canary rollouts.
 
-The commands only translate options into ``builder.release`` calls. Manifests and dry-run
-plans go to stdout (YAML, or JSON with ``--json``), progress and tables to stderr, so
+The commands only translate options into ``builder.release`` calls. ``--mode`` picks KServe's
+deployment mode (``builder.release.modes``): ``serverless`` (Knative, ``canaryTrafficPercent``),
+``standard`` (KServe >= 0.20, ``spec.canary``) or ``auto`` (default: the live object's; a new
+one, ``render`` and nothing else to go by: Serverless; ``--dry-run``: the plan for each mode).
+Manifests and dry-run plans go to stdout (YAML, or JSON with ``--json``), progress and tables to stderr, so
 ``builder release render ... > isvc.yaml`` and ``... status --json | jq`` work in pipelines.
 """
 
@@ -18,6 +21,7 @@ from rich.table import Table
 
 from builder.cli.common import console, emit_json, run_json_aware
 from builder.cli.main import app
+from builder.release.modes import Mode
 
 release_app = typer.Typer(
     help="Roll a model version out on KServe: canary, check, promote or roll back.",
@@ -61,6 +65,14 @@ ProtocolOpt = Annotated[str, typer.Option(help="v2 (HTTP/REST) or grpc-v2")]
 MinReplicasOpt = Annotated[int, typer.Option(min=0, help="Minimum predictor replicas (0: scale to zero)")]
 MaxReplicasOpt = Annotated[int, typer.Option(min=1, help="Maximum predictor replicas")]
 GpusOpt = Annotated[int, typer.Option(min=0, help="nvidia.com/gpu per predictor replica")]
+ModeOpt = Annotated[
+    Mode,
+    typer.Option(
+        case_sensitive=False,
+        help="KServe deployment mode: serverless (canaryTrafficPercent), standard (spec.canary, "
+        "KServe >= 0.20), auto (the live InferenceService's; Serverless for a new one)",
+    ),
+]
 
 
 def _write(doc: dict[str, Any], as_json: bool) -> None:
@@ -95,6 +107,7 @@ def _spec(
     min_replicas: int,
     max_replicas: int,
     gpus: int,
+    mode: Mode,
 ) -> Any:
     from builder.release.manifest import ServiceSpec
 
@@ -111,6 +124,7 @@ def _spec(
         min_replicas=min_replicas,
         max_replicas=max_replicas,
         gpus=gpus,
+        mode=mode,
     ).check()
 
 
@@ -127,6 +141,7 @@ def _status_table(status: Any) -> Table:
     ready = "[green]True[/]" if status.ready else f"[red]False[/] {escape(status.reason)}"
     rows = [
         ("ready", ready),
+        ("mode", str(status.mode)),
         ("storageUri", escape(str(status.storage_uri))),
         (
             "canaryTrafficPercent",
@@ -142,6 +157,20 @@ def _status_table(status: Any) -> Table:
         ("latest- url (canary alone)", escape(str(status.latest_url))),
         ("prev- url", escape(str(status.prev_url))),
     ]
+    if status.mode == Mode.STANDARD.value:  # no revisions: the stable predictor and its canaries
+        canaries = ", ".join(
+            f"{c.get('name')} {c.get('trafficPercent', 0)}% {'ready' if c.get('ready') else 'not ready'}"
+            for c in status.canaries
+        )
+        rows = [
+            *rows[:3],
+            ("stable predictor", str(status.stable_name or "(default)")),
+            ("canaries (spec.canary)", escape(", ".join(status.canary_names) or "(none)")),
+            ("canary statuses", escape(canaries or "(none)")),
+            ("release's canary / its traffic", f"{status.canary_name} / {status.latest_percent}%"),
+            ("url", escape(str(status.url))),
+            ("canary alone (in-cluster)", escape(str(status.latest_url))),
+        ]
     for key, value in rows:
         table.add_row(key, value)
     return table
@@ -180,6 +209,7 @@ def render_cmd(
     min_replicas: MinReplicasOpt = 1,
     max_replicas: MaxReplicasOpt = 3,
     gpus: GpusOpt = 0,
+    mode: ModeOpt = Mode.AUTO,
     crd: CrdOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
@@ -201,6 +231,7 @@ def render_cmd(
             min_replicas=min_replicas,
             max_replicas=max_replicas,
             gpus=gpus,
+            mode=mode,
         )
         manifest = render(spec)
         schema.check(manifest, _crd(crd))
@@ -223,6 +254,7 @@ def apply_cmd(
     min_replicas: MinReplicasOpt = 1,
     max_replicas: MaxReplicasOpt = 3,
     gpus: GpusOpt = 0,
+    mode: ModeOpt = Mode.AUTO,
     dry_run: DryRunOpt = False,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = 600.0,
@@ -250,6 +282,7 @@ def apply_cmd(
             min_replicas=min_replicas,
             max_replicas=max_replicas,
             gpus=gpus,
+            mode=mode,
         )
         plan = apply_plan(spec, _crd(crd))  # validated, dry run or not
         if dry_run:
@@ -258,6 +291,7 @@ def apply_cmd(
         services = _services(namespace, kubeconfig, context)
         result = rollout.apply(services, spec)
         console.print(f"{result.action} InferenceService {namespace}/{spec.name} ({spec.model} v{version})")
+        console.print(f"deployment mode: {result.mode.annotation}")
         status = result.status
         if wait:
             status = rollout.wait_ready(
@@ -283,28 +317,29 @@ def _traffic_command(
     context: str | None,
     crd: Path | None,
     json_output: bool,
+    mode: Mode,
     force: bool = False,
 ) -> None:
     from builder.release import rollout
     from builder.release.plan import traffic_plan
 
     def go() -> None:
-        plan = traffic_plan(operation, name, namespace, _crd(crd))
+        plan = traffic_plan(operation, name, namespace, _crd(crd), mode)
         if dry_run:
             _write(plan.to_doc(), json_output)
             return
         services = _services(namespace, kubeconfig, context)
         if operation == "promote":
-            status = rollout.promote(services, name, force=force)
+            status = rollout.promote(services, name, force=force, mode=mode)
         else:
-            status = rollout.rollback(services, name)
+            status = rollout.rollback(services, name, mode=mode)
         console.print(f"{operation}: patched InferenceService {namespace}/{name}")
         if wait:
             status = rollout.wait_ready(
                 services,
                 name,
                 timeout_s=timeout,
-                latest_percent=100 if operation == "promote" else 0,
+                latest_percent=rollout.expected_after(operation, status),
                 on_poll=_waiter(timeout),
             )
         _report(status, json_output, {"action": operation})
@@ -317,6 +352,7 @@ def promote_cmd(
     name: NameArg,
     namespace: NamespaceOpt = "default",
     force: Annotated[bool, typer.Option(help="Promote even if the newest revision is not ready")] = False,
+    mode: ModeOpt = Mode.AUTO,
     dry_run: DryRunOpt = False,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = 600.0,
@@ -325,9 +361,10 @@ def promote_cmd(
     crd: CrdOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Give the canary all traffic (remove canaryTrafficPercent)."""
+    """Give the canary all traffic (Serverless: remove canaryTrafficPercent; Standard: the
+    stable predictor becomes the canary, spec.canary loses it)."""
     _traffic_command(
-        "promote", name, namespace, dry_run, wait, timeout, kubeconfig, context, crd, json_output, force
+        "promote", name, namespace, dry_run, wait, timeout, kubeconfig, context, crd, json_output, mode, force
     )
 
 
@@ -335,6 +372,7 @@ def promote_cmd(
 def rollback_cmd(
     name: NameArg,
     namespace: NamespaceOpt = "default",
+    mode: ModeOpt = Mode.AUTO,
     dry_run: DryRunOpt = False,
     wait: WaitOpt = True,
     timeout: TimeoutOpt = 600.0,
@@ -343,9 +381,10 @@ def rollback_cmd(
     crd: CrdOpt = None,
     json_output: JsonOpt = False,
 ) -> None:
-    """Send all traffic back to the previous revision (canaryTrafficPercent: 0)."""
+    """Send all traffic back to the previous version (Serverless: canaryTrafficPercent: 0;
+    Standard: drop the canary from spec.canary)."""
     _traffic_command(
-        "rollback", name, namespace, dry_run, wait, timeout, kubeconfig, context, crd, json_output
+        "rollback", name, namespace, dry_run, wait, timeout, kubeconfig, context, crd, json_output, mode
     )
 
 

@@ -51,6 +51,7 @@ class CustomObjects(Protocol):
         field_manager: str,
         _request_timeout: float,
         _content_type: str,
+        dry_run: str | None = None,
     ) -> Any: ...
 
 
@@ -166,8 +167,11 @@ class InferenceServices:
         )
         return created
 
-    def patch(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
-        """A JSON merge patch (RFC 7386): null removes a field, lists are replaced whole."""
+    def patch(self, name: str, patch: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386): null removes a field, lists are replaced whole.
+
+        ``dry_run``: the API server's own (``dryRun=All``): admission, validation and pruning
+        run, nothing is stored; the answer is the object as it would be."""
         patched: dict[str, Any] = self._call(
             "patch",
             self.api.patch_namespaced_custom_object,
@@ -175,5 +179,6 @@ class InferenceServices:
             patch,
             field_manager=FIELD_MANAGER,
             _content_type=MERGE_PATCH,
+            **({"dry_run": "All"} if dry_run else {}),
         )
         return patched

@@ -1,10 +1,11 @@
-"""The InferenceService of a model version, and the patches that move its traffic (pure data).
+"""The InferenceService of a model version, and the Serverless patches that move its traffic.
 
 Rendered to match the Helm chart's InferenceService (``helm/triton-stack``): model format
-``triton``, Serverless mode (canary traffic needs Knative), tag routing on so the newest
-revision is reachable at its ``latest-`` host. An existing InferenceService, Helm-installed or
-not, is changed only where a release must change it: the model's ``storageUri``, the canary
-percent and the release annotations; resources, runtime and probes stay whoever set them.
+``triton``, Serverless mode by default (tag routing on, so the newest revision is reachable at
+its ``latest-`` host) or Standard mode (``--mode standard``; its canary patches are in
+``standard``, the modes themselves in ``modes``). An existing InferenceService, Helm-installed
+or not, is changed only where a release must change it: the model's ``storageUri``, the canary
+and the release annotations; resources, runtime and probes stay whoever set them.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from builder.errors import UsageError
+from builder.release.modes import DEPLOYMENT_MODE, Mode
 
 GROUP = "serving.kserve.io"
 VERSION = "v1beta1"
@@ -23,7 +25,6 @@ KIND = "InferenceService"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 TAG_ROUTING = "serving.kserve.io/enable-tag-routing"
-DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
 # Which model version a revision serves, readable with `kubectl get isvc -o yaml`.
 MODEL_ANNOTATION = "triton-stack/model"
 MODEL_VERSION_ANNOTATION = "triton-stack/model-version"
@@ -51,6 +52,7 @@ class ServiceSpec:
     min_replicas: int = 1
     max_replicas: int = 3
     gpus: int = 0
+    mode: Mode = Mode.AUTO  # AUTO: the live object's mode; Serverless for a new one
 
     def check(self) -> ServiceSpec:
         """Raise UsageError on what the API server or KServe would reject later, or worse, accept."""
@@ -76,7 +78,21 @@ class ServiceSpec:
             )
         if self.gpus < 0:
             raise UsageError(f"--gpus must be 0 or more, got {self.gpus}")
+        if self.mode is Mode.STANDARD and self.canary_percent is not None:
+            from builder.release.standard import canary_name
+
+            service = f"{self.name}-{canary_name(self.model_version)}-predictor"
+            if len(service) > 63:
+                raise UsageError(
+                    f"the canary's Service {service!r} would be longer than 63 characters",
+                    hint="use a shorter InferenceService name (--name) or model version",
+                )
         return self
+
+    @property
+    def effective_mode(self) -> Mode:
+        """The mode to render in when no live object decides (AUTO: Serverless, as always)."""
+        return Mode.SERVERLESS if self.mode is Mode.AUTO else self.mode
 
 
 def _annotations(spec: ServiceSpec) -> dict[str, str]:
@@ -87,9 +103,8 @@ def _annotations(spec: ServiceSpec) -> dict[str, str]:
     }
 
 
-def render(spec: ServiceSpec) -> dict[str, Any]:
-    """The whole InferenceService, as created when none exists yet."""
-    spec.check()
+def model_block(spec: ServiceSpec) -> dict[str, Any]:
+    """``predictor.model`` of a model version (also a Standard-mode canary's)."""
     model: dict[str, Any] = {
         "modelFormat": {"name": "triton"},
         "protocolVersion": spec.protocol,
@@ -101,25 +116,39 @@ def render(spec: ServiceSpec) -> dict[str, Any]:
         model["runtimeVersion"] = spec.runtime_version
     if spec.gpus:
         model["resources"] = {"limits": {"nvidia.com/gpu": str(spec.gpus)}}
+    return model
+
+
+def render(spec: ServiceSpec) -> dict[str, Any]:
+    """The whole InferenceService, as created when none exists yet.
+
+    Serverless carries ``canaryTrafficPercent`` (harmless on a first revision) and tag routing;
+    Standard has neither (no Knative): its first version takes all traffic, a canary comes
+    with the next release, as a ``spec.canary`` entry (``standard.canary_patch``).
+    """
+    spec.check()
+    mode = spec.effective_mode
     predictor: dict[str, Any] = {"minReplicas": spec.min_replicas, "maxReplicas": spec.max_replicas}
-    if spec.canary_percent is not None:
+    if spec.canary_percent is not None and mode is Mode.SERVERLESS:
         predictor["canaryTrafficPercent"] = spec.canary_percent
-    predictor["model"] = model
+    predictor["model"] = model_block(spec)
+    annotations = _annotations(spec)
+    if mode is Mode.STANDARD:
+        annotations.pop(TAG_ROUTING)  # a Knative feature: Standard mode has no revisions to tag
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {
             "name": spec.name,
             "namespace": spec.namespace,
-            # Serverless: the only mode with revisions and a traffic split.
-            "annotations": {DEPLOYMENT_MODE: "Serverless", **_annotations(spec)},
+            "annotations": {DEPLOYMENT_MODE: mode.annotation, **annotations},
         },
         "spec": {"predictor": predictor},
     }
 
 
 def release_patch(spec: ServiceSpec) -> dict[str, Any]:
-    """The JSON merge patch that puts a new model version on an existing InferenceService.
+    """The Serverless JSON merge patch that puts a new model version on an existing one.
 
     A new ``storageUri`` makes KServe create a revision; with ``canaryTrafficPercent`` it gets
     that share of traffic, the previous rolled-out revision the rest. Without a canary percent
@@ -135,6 +164,14 @@ def release_patch(spec: ServiceSpec) -> dict[str, Any]:
             }
         },
     }
+
+
+def release_annotations(spec: ServiceSpec) -> dict[str, Any]:
+    """The metadata part of a release patch, the same in both modes."""
+    annotations: dict[str, Any] = _annotations(spec)
+    if spec.mode is Mode.STANDARD:
+        annotations.pop(TAG_ROUTING)
+    return {"annotations": annotations}
 
 
 def promote_patch() -> dict[str, Any]:

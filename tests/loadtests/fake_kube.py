@@ -13,6 +13,16 @@ a spec change of the predictor (other than the traffic percent) creates revision
 traffic follows ``canaryTrafficPercent`` between the newest revision and the last one rolled out
 at 100 %, with ``latest-``/``prev-`` tag URLs; ``observedGeneration`` catches up on each read.
 That model is what the rollout's waiting and transitions are tested against.
+
+Standard mode (annotation ``serving.kserve.io/deploymentMode: Standard``) is modelled after
+KServe 0.20 (kserve/kserve#5672): one Deployment per predictor name (the stable one, and each
+``spec.canary`` entry with its predictor laid over the stable one), new or changed ones ready
+after ``ready_after`` reads; a Deployment whose name and pod template already run is reused
+(promotion retargets the stable predictor to the canary's: no restart); unreferenced ones go.
+``status.canaryStatuses`` lists each canary with its ``trafficPercent`` and readiness.
+``canary_field=False`` serves a KServe < 0.20 CRD: the API server silently prunes
+``spec.canary``, as it prunes every field a structural schema does not declare. Patches honour
+``dry_run="All"`` (validated and pruned, not stored).
 """
 
 from __future__ import annotations
@@ -52,14 +62,17 @@ class _Revisions:
     ready_at: list[int] = field(default_factory=list)  # the read count from which each is ready
     rolled_out: str | None = None
     previous_rolled_out: str | None = None
+    # Standard mode: predictor name ("" = the default one) -> (pod template, ready from read N)
+    deployments: dict[str, tuple[dict[str, Any], int]] = field(default_factory=dict)
 
 
 class FakeKServe:
     """``CustomObjectsApi``-shaped; see the module docstring for what it models."""
 
-    def __init__(self, ready_after: int = 0, broken: bool = False) -> None:
+    def __init__(self, ready_after: int = 0, broken: bool = False, canary_field: bool = True) -> None:
         self.ready_after = ready_after
         self.broken = broken
+        self.canary_field = canary_field
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls: list[tuple[str, Any]] = []
         self.reads = 0
@@ -75,6 +88,8 @@ class FakeKServe:
             raise error
 
     def _validated(self, obj: dict[str, Any]) -> dict[str, Any]:
+        if not self.canary_field:
+            obj.get("spec", {}).pop("canary", None)  # pruned: not in this KServe's CRD
         errors = crd_errors(obj)
         if errors:
             name = obj.get("metadata", {}).get("name", "")
@@ -134,11 +149,14 @@ class FakeKServe:
         field_manager: str,
         _request_timeout: float,
         _content_type: str,
+        dry_run: str | None = None,
     ) -> dict[str, Any]:
         self._route(group, version, plural)
+        if dry_run not in (None, "All"):
+            raise ApiException(status=400, reason=f"invalid dryRun {dry_run!r}")
         if _content_type != "application/merge-patch+json":
             raise ApiException(status=415, reason=f"Unsupported Media Type {_content_type}")
-        self.calls.append(("patch", copy.deepcopy(body)))
+        self.calls.append(("dry-run patch" if dry_run else "patch", copy.deepcopy(body)))
         key = (namespace, name)
         if key not in self.objects:
             raise _status_error(
@@ -153,6 +171,8 @@ class FakeKServe:
         self._validated({k: v for k, v in patched.items() if k != "status"})
         if patched.get("spec") != current.get("spec"):
             patched["metadata"]["generation"] = current["metadata"]["generation"] + 1
+        if dry_run:
+            return copy.deepcopy(patched)
         self.objects[key] = patched
         return copy.deepcopy(patched)
 
@@ -161,6 +181,10 @@ class FakeKServe:
         obj = self.objects[key]
         namespace, name = key
         revs = self._revisions.setdefault(key, _Revisions())
+        mode = (obj["metadata"].get("annotations") or {}).get("serving.kserve.io/deploymentMode")
+        if mode in ("Standard", "RawDeployment"):
+            self._reconcile_standard(obj, revs)
+            return
         predictor = copy.deepcopy(obj["spec"]["predictor"])
         canary = predictor.pop("canaryTrafficPercent", None)
         if not revs.templates or revs.templates[-1] != predictor:
@@ -210,4 +234,64 @@ class FakeKServe:
                     "url": f"http://{host}",
                 }
             },
+        }
+
+    def _reconcile_standard(self, obj: dict[str, Any], revs: _Revisions) -> None:
+        name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
+        stable = copy.deepcopy(obj["spec"]["predictor"])
+        stable_name = stable.pop("name", "") or ""
+        wanted = {stable_name: stable}
+        canaries = obj["spec"].get("canary") or []
+        for entry in canaries:
+            predictor = copy.deepcopy(entry["predictor"])
+            canary_name = predictor.pop("name")
+            wanted[canary_name] = merge_patch(stable, predictor)  # laid over the stable one
+        deployments = {}
+        for deployment, template in wanted.items():
+            known = revs.deployments.get(deployment)
+            if known is not None and known[0] == template:
+                deployments[deployment] = known  # same name, same pods: nothing restarts
+            else:
+                deployments[deployment] = (template, 10**9 if self.broken else self.reads + self.ready_after)
+        revs.deployments = deployments  # the controller deletes the ones nothing refers to
+
+        def ready(deployment: str) -> bool:
+            return self.reads >= deployments[deployment][1]
+
+        host = f"{name}-predictor.{namespace}.svc.cluster.local"
+        statuses = [
+            {
+                "name": entry["predictor"]["name"],
+                "ready": ready(entry["predictor"]["name"]),
+                "trafficPercent": entry["trafficPercent"],
+            }
+            for entry in canaries
+        ]
+        stable_ready = ready(stable_name)
+        conditions = [
+            {"type": "Ready", "status": "True" if stable_ready else "False"}
+            | (
+                {}
+                if stable_ready
+                else {"reason": "MinimumReplicasUnavailable", "message": "stable predictor not ready"}
+            ),
+            {"type": "PredictorReady", "status": "True" if stable_ready else "False"},
+        ]
+        if canaries:
+            waiting = [s["name"] for s in statuses if not s["ready"]]
+            conditions.append(
+                {"type": "CanaryReady", "status": "False" if waiting else "True"}
+                | (
+                    {"reason": "CanaryNotReady", "message": f"canary {waiting[0]} not ready"}
+                    if waiting
+                    else {}
+                )
+            )
+        obj["status"] = {
+            "observedGeneration": obj["metadata"]["generation"],
+            "url": f"http://{host}",
+            "deploymentMode": "Standard",
+            "conditions": conditions,
+            "components": {"predictor": {"url": f"http://{host}"}},
+            **({"canaryStatuses": statuses} if statuses else {}),
         }

@@ -151,6 +151,8 @@ def test_apply_dry_run_prints_both_requests_each_valid_against_the_crd() -> None
         "serving",
         "--canary-percent",
         "10",
+        "--mode",
+        "serverless",
         "--dry-run",
         "--kubeconfig",
         "/nonexistent",
@@ -172,7 +174,9 @@ def test_apply_dry_run_prints_both_requests_each_valid_against_the_crd() -> None
 
 @pytest.mark.parametrize(("operation", "percent"), [("promote", None), ("rollback", 0)])
 def test_promote_and_rollback_dry_runs_print_the_merge_patch(operation: str, percent: int | None) -> None:
-    proc = builder(operation, "fraud-detector", "-n", "serving", "--dry-run", "--json")
+    proc = builder(
+        operation, "fraud-detector", "-n", "serving", "--mode", "serverless", "--dry-run", "--json"
+    )
     assert proc.returncode == 0, proc.stderr
     plan = json.loads(proc.stdout)
     (request,) = plan["requests"]
