@@ -11,7 +11,7 @@ VENV_STAMP := $(VENV)/.installed-$(LOCK_HASH)
 export BUILDER_RUNTIME_DIR ?= $(CURDIR)/.runtime
 PYTEST_ARGS ?=
 
-.PHONY: setup venv runtime redis test demo bench gpu-check lint clean help
+.PHONY: setup venv runtime redis test demo bench gpu-check lint image clean help
 
 help:
 	@echo "make demo   - set up, then train -> register -> export -> serve -> predict"
@@ -19,6 +19,7 @@ help:
 	@echo "make bench  - set up, then run the benchmarks (writes benchmarks/results/)"
 	@echo "make gpu-check - on a GPU machine: install the gpu extra, run the gpu tests and bench (d)"
 	@echo "make lint   - ruff and mypy"
+	@echo "make image  - docker build the gateway image the Helm chart deploys (triton-stack/gateway:VERSION)"
 
 setup: venv runtime redis
 
@@ -63,6 +64,13 @@ gpu-check: setup
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+
+# The gateway image; its tag is the chart's appVersion, which is what the chart pulls by default.
+DOCKER ?= docker
+VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}.*/\1/p' helm/triton-stack/Chart.yaml)
+image:
+	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "make image: $(DOCKER) not found on PATH: install Docker (or set DOCKER=podman)" >&2; exit 1; }
+	$(DOCKER) build -t triton-stack/gateway:$(VERSION) .
 
 clean:
 	rm -rf $(VENV) .runtime .demo

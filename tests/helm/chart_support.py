@@ -77,6 +77,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "gateway": {"auth": {"existingSecret": "gateway-keys", "existingSecretKey": "keys.txt"}},
     },
 }
+# chart-testing's value files (helm/triton-stack/ci/*-values.yaml), one per supported mode, join
+# the sets as "ci/<file stem>": every rendered-object test runs on them too.
+CI_DIR = CHART_DIR / "ci"
+CI_SETS = {f"ci/{p.stem}": yaml.safe_load(p.read_text()) for p in sorted(CI_DIR.glob("*-values.yaml"))}
+VALUE_SETS |= CI_SETS
 ALL_SETS = list(VALUE_SETS)
 KSERVE_SETS = [n for n, v in VALUE_SETS.items() if v["triton"]["mode"] == "kserve"]
 DEPLOYMENT_SETS = [n for n, v in VALUE_SETS.items() if v["triton"]["mode"] == "deployment"]
@@ -143,6 +148,11 @@ class Release:
     @property
     def kserve(self) -> bool:
         return bool(self.values["triton"]["mode"] == "kserve")
+
+    @property
+    def knative(self) -> bool:
+        """KServe on Knative (Serverless, called Knative from KServe 0.15 on)."""
+        return self.kserve and self.values["kserve"]["deploymentMode"] in ("Serverless", "Knative")
 
     def all(self, kind: str, component: str | None = None) -> list[dict[str, Any]]:
         return [

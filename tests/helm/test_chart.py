@@ -17,6 +17,7 @@ from helm_python import Chart, HelmRenderError, HelmValuesError, lint
 from tests.helm.chart_support import (
     ALL_SETS,
     CHART_DIR,
+    CI_SETS,
     COMPONENT,
     KUBE_VERSION,
     NAMESPACE,
@@ -85,7 +86,7 @@ def test_wrong_values_fail_against_the_schema(chart: Chart, overrides: dict[str,
                 "kserve": {"canary": {"enabled": True}, "deploymentMode": "RawDeployment"},
                 "modelRepository": {"storageUri": S3_URI},
             },
-            "Serverless",
+            "needs kserve.canary.storageUri",
         ),
         ({"modelRepository": {"storageUri": S3_URI, "pvc": {"claimName": "x"}}}, "not both"),
         ({"redis": {"enabled": False}}, "redis.external.url"),
@@ -94,7 +95,7 @@ def test_wrong_values_fail_against_the_schema(chart: Chart, overrides: dict[str,
             "s3:// or gs://",
         ),
     ],
-    ids=["canary-without-knative", "two-repositories", "no-online-store", "unsyncable-uri"],
+    ids=["standard-canary-without-candidate", "two-repositories", "no-online-store", "unsyncable-uri"],
 )
 def test_impossible_combinations_fail_rendering(
     chart: Chart, overrides: dict[str, Any], message: str
@@ -102,6 +103,18 @@ def test_impossible_combinations_fail_rendering(
     base = {"modelRepository": {"pvc": {"claimName": "triton-models"}}}
     with pytest.raises(HelmRenderError, match=re.escape(message)):
         chart.render({**base, **overrides}, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_ci_value_files_cover_every_supported_mode() -> None:
+    modes = {
+        name: (v["triton"]["mode"], v.get("kserve", {}).get("deploymentMode"), v["triton"].get("gpu", {}))
+        for name, v in CI_SETS.items()
+    }
+    kserve = {m[1] for m in modes.values() if m[0] == "kserve"}
+    assert {"Serverless", "Standard"} <= kserve or {"Serverless", "RawDeployment"} <= kserve, modes
+    assert any(m[0] == "deployment" and not m[2].get("enabled") for m in modes.values()), modes
+    assert any(m[2].get("enabled") for m in modes.values()), modes
+    assert any(v.get("kserve", {}).get("canary", {}).get("storageUri") for v in CI_SETS.values())
 
 
 # --- every object is valid -------------------------------------------------------------------

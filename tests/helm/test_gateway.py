@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import base64
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
+import yaml
 from helm_python import Chart
 
 from tests.helm.chart_support import (
     ALL_SETS,
     NAMESPACE,
+    REPO_ROOT,
     VALUE_SETS,
     Release,
+    env_of,
     on,
     render,
     subset,
@@ -116,3 +124,67 @@ def test_pdb_protects_the_gateway_pods_only(release: Release) -> None:
     selector = pdb["spec"]["selector"]["matchLabels"]
     assert subset(selector, release.pods("gateway").labels)
     assert not subset(selector, release.pods("triton").labels)
+
+
+@on(*ALL_SETS)
+def test_gateway_runs_the_chart_image_with_its_redis_profile_mounted(release: Release, chart: Chart) -> None:
+    gateway = release.values["gateway"]
+    pods = release.pods("gateway")
+    image = f"triton-stack/gateway:{gateway['image']['tag'] or chart.metadata['appVersion']}"
+    assert pods.main["image"] == image
+    (config_map,) = [c for c in release.all("ConfigMap", "gateway")]
+    volume = next(
+        v
+        for v in pods.spec["volumes"]
+        if v.get("configMap", {}).get("name") == config_map["metadata"]["name"]
+    )
+    for container in [pods.main, *pods.init_containers]:
+        mount = next(m for m in container["volumeMounts"] if m["name"] == volume["name"])
+        # the file the gateway opens for GATEWAY_ONLINE_STORE=redis inside GATEWAY_FEATURE_REPO
+        assert mount["mountPath"] == f"{gateway['featureRepo']}/feature_store.redis.yaml"
+        assert config_map["data"][mount["subPath"]]
+        assert env_of(container)["REDIS_CONNECTION_STRING"] == release.gateway_env()["GATEWAY_REDIS_URL"]
+    profile = yaml.safe_load(config_map["data"]["feature_store.redis.yaml"])
+    assert profile["online_store"] == {"type": "redis", "connection_string": "${REDIS_CONNECTION_STRING}"}
+    assert profile["project"] == gateway["feast"]["project"]
+    # a pod-local registry must be written by the init container, on a volume both containers mount
+    (init,) = pods.init_containers
+    assert init["image"] == image
+    registry_dir = str(Path(profile["registry"]).parent)
+    for container in (init, pods.main):
+        assert any(m["mountPath"] == registry_dir for m in container["volumeMounts"]), container["name"]
+
+
+def test_the_rendered_redis_profile_opens_with_the_images_feature_repo(chart: Chart, tmp_path: Path) -> None:
+    """The init container's command, then the gateway's own open_store, on a copy of the image's
+    feature_repo/ with the rendered ConfigMap over its feature_store.redis.yaml: the feature
+    service the gateway serves is in the registry. (Feast's apply needs no running Redis.)"""
+    rel = render(chart, "ci/deployment-values", VALUE_SETS["ci/deployment-values"])
+    pods = rel.pods("gateway")
+    (init,) = pods.init_containers
+    repo_in_image = rel.values["gateway"]["featureRepo"]
+    repo = tmp_path / "feature_repo"
+    shutil.copytree(REPO_ROOT / "feature_repo", repo, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    (config_map,) = rel.all("ConfigMap", "gateway")
+    text = config_map["data"]["feature_store.redis.yaml"]
+    registry_dir = str(Path(yaml.safe_load(text)["registry"]).parent)
+    (tmp_path / "registry").mkdir()
+    (repo / "feature_store.redis.yaml").write_text(text.replace(registry_dir, str(tmp_path / "registry")))
+    env = {**os.environ, **env_of(init), "PYTHONPATH": str(REPO_ROOT)}
+    assert init["command"][:2] == ["python", "-c"]
+    script = init["command"][2].replace(repo_in_image, str(repo))
+    subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=180, cwd=tmp_path)
+    check = (
+        "import sys; from feature_repo.store import open_store; "
+        "print(open_store(sys.argv[1], 'redis').get_feature_service('fraud_v1').name)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", check, str(repo)],
+        env=env,
+        timeout=180,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-1] == "fraud_v1"

@@ -87,11 +87,24 @@ def test_canary_percent_and_tag_routing_only_when_canary_is_on(release: Release)
     predictor = isvc["spec"]["predictor"]
     annotations = isvc["metadata"].get("annotations", {})
     canary = release.values["kserve"]["canary"]
-    if canary["enabled"]:
+    assert annotations["serving.kserve.io/deploymentMode"] == release.values["kserve"]["deploymentMode"]
+    if canary["enabled"] and release.knative:
         assert predictor["canaryTrafficPercent"] == canary["trafficPercent"]
         assert annotations["serving.kserve.io/enable-tag-routing"] == "true"
-        assert annotations["serving.kserve.io/deploymentMode"] == "Serverless"
+        assert "canary" not in isvc["spec"]
+    elif canary["enabled"]:
+        # Standard/RawDeployment (KServe >= 0.20): a second predictor on the candidate repository,
+        # the same runtime and pod labels (NetworkPolicy, metrics), with the canary's share.
+        (entry,) = isvc["spec"]["canary"]
+        assert entry["trafficPercent"] == canary["trafficPercent"]
+        assert entry["predictor"]["model"]["storageUri"] == canary["storageUri"]
+        assert predictor["model"]["storageUri"] != canary["storageUri"]
+        assert entry["predictor"]["model"]["runtime"] == predictor["model"]["runtime"]
+        assert entry["predictor"]["labels"] == predictor["labels"]
+        assert "canaryTrafficPercent" not in predictor and "canaryTrafficPercent" not in entry["predictor"]
+        assert "serving.kserve.io/enable-tag-routing" not in annotations
     else:
+        assert "canary" not in isvc["spec"]
         assert "canaryTrafficPercent" not in predictor
         assert "serving.kserve.io/enable-tag-routing" not in annotations
 

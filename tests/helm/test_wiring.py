@@ -93,8 +93,11 @@ def test_network_policy_lets_only_the_gateway_and_prometheus_reach_triton(
     metrics_port = int(arg_value(triton.main["args"], "--metrics-port") or 0)
     assert metrics_port == 8002
     assert metrics_rules[0]["ports"] == [{"port": metrics_port, "protocol": "TCP"}]
-    if release.kserve:
+    if release.knative:
         assert system_rules  # Knative's activator and ingress sit in front of the predictor
+    elif release.kserve:
+        # Standard/RawDeployment: the gateway reaches the predictor pods directly, nothing else
+        assert system_rules == []
     else:
         allowed = {p["port"] for p in gateway_rules[0]["ports"]}
         triton_url_port = int(release.gateway_env()["GATEWAY_TRITON_URL"].rpartition(":")[2])

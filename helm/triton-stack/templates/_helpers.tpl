@@ -143,8 +143,8 @@ cluster half-applied.
 {{- if and (eq .Values.triton.mode "deployment") $repo.storageUri (not (regexMatch "^(s3|gs)://" $repo.storageUri)) }}
 {{- fail "modelRepository.storageUri: deployment mode syncs s3:// or gs:// only (KServe mode takes any URI its storage initializer knows)" }}
 {{- end }}
-{{- if and (eq .Values.triton.mode "kserve") .Values.kserve.canary.enabled (ne .Values.kserve.deploymentMode "Serverless") }}
-{{- fail "kserve.canary.enabled needs kserve.deploymentMode=Serverless: RawDeployment has no traffic split" }}
+{{- if and (eq .Values.triton.mode "kserve") .Values.kserve.canary.enabled (ne (include "triton-stack.kserve.knative" .) "true") (not .Values.kserve.canary.storageUri) }}
+{{- fail "kserve.canary.enabled with deploymentMode Standard/RawDeployment needs kserve.canary.storageUri (the candidate model repository; without Knative there is no newer revision to split traffic to)" }}
 {{- end }}
 {{- if and (not .Values.redis.enabled) (not .Values.redis.external.url) }}
 {{- fail "redis.enabled=false needs redis.external.url (the Feast online store)" }}
@@ -273,4 +273,112 @@ The Triton container's env entries (triton.env, NAME: value, in name order), or 
 - name: {{ $name }}
   value: {{ $value | toString | quote }}
 {{- end }}
+{{- end }}
+
+{{- define "triton-stack.gateway.feastConfigName" -}}
+{{- include "triton-stack.componentName" (dict "ctx" . "component" "gateway-feast") }}
+{{- end }}
+
+{{/* Where the pod-local Feast registry lives when gateway.feast.registry is empty (an emptyDir). */}}
+{{- define "triton-stack.gateway.registryDir" -}}
+/var/lib/feast
+{{- end }}
+
+{{/*
+The Redis profile as Feast reads it: feature_repo/feature_store.redis.yaml with this release's
+project and registry. Feast expands ${REDIS_CONNECTION_STRING} from the environment, which the
+pod sets to triton-stack.redisUrl, so the address is written once.
+*/}}
+{{- define "triton-stack.gateway.feastConfig" -}}
+{{- $f := .Values.gateway.feast -}}
+project: {{ $f.project }}
+provider: local
+registry: {{ default (printf "%s/registry.db" (include "triton-stack.gateway.registryDir" .)) $f.registry | quote }}
+offline_store:
+  type: file
+online_store:
+  type: redis
+  connection_string: "${REDIS_CONNECTION_STRING}"
+entity_key_serialization_version: {{ $f.entityKeySerializationVersion }}
+{{- end }}
+
+{{/* The gateway's Feast mounts: the Redis profile over the image's file, and the local registry. */}}
+{{- define "triton-stack.gateway.feastMounts" -}}
+- name: feast-config
+  mountPath: {{ printf "%s/feature_store.redis.yaml" (trimSuffix "/" .ctx.Values.gateway.featureRepo) }}
+  subPath: feature_store.redis.yaml
+  readOnly: true
+{{- if .local }}
+- name: feast-registry
+  mountPath: {{ include "triton-stack.gateway.registryDir" .ctx }}
+{{- end }}
+{{- end }}
+
+{{/*
+An InferenceService predictor (the stable one, or spec.canary's) serving a model repository URI.
+Call with (dict "ctx" $ "storageUri" "s3://...").
+*/}}
+{{- define "triton-stack.kserve.predictor" -}}
+{{- $c := .ctx }}
+{{- $storageUri := .storageUri }}
+{{- $runtime := include "triton-stack.kserve.runtimeName" $c -}}
+minReplicas: {{ $c.Values.kserve.minReplicas }}
+maxReplicas: {{ $c.Values.kserve.maxReplicas }}
+{{- if and $c.Values.kserve.canary.enabled (include "triton-stack.kserve.knative" $c | eq "true") }}
+# KServe splits traffic between the last fully rolled-out revision and this one. Promote by
+# removing the field (canary.enabled=false), roll back by setting it to 0.
+canaryTrafficPercent: {{ $c.Values.kserve.canary.trafficPercent }}
+{{- end }}
+# Pod labels: the NetworkPolicy and the metrics Service select the predictor pods by these.
+labels:
+  {{- include "triton-stack.triton.labels" $c | nindent 2 }}
+{{- with $c.Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with $c.Values.triton.serviceAccountName }}
+# KServe's storage initializer takes bucket credentials from this ServiceAccount.
+serviceAccountName: {{ . }}
+{{- end }}
+{{- with include "triton-stack.triton.scheduling" $c | trim }}
+{{- . | nindent 0 }}
+{{- end }}
+model:
+  # KServe's serving container name (the canary's schema requires it; the same on both).
+  name: kserve-container
+  modelFormat:
+    name: {{ $c.Values.kserve.modelFormat }}
+  {{- with $runtime }}
+  runtime: {{ . }}
+  {{- end }}
+  protocolVersion: grpc-v2
+  storageUri: {{ $storageUri | quote }}
+  {{- with include "triton-stack.triton.env" $c | trim }}
+  # Also on the predictor, not only in the chart's ServingRuntime: with someone else's runtime
+  # this is the only place it can go (KServe merges it into the serving container).
+  env:
+    {{- . | nindent 4 }}
+  {{- end }}
+  {{- if not $c.Values.kserve.runtime.create }}
+  # Someone else's runtime: pin the Triton release through its image tag and add our flags
+  # (KServe appends predictor args to the runtime's own).
+  runtimeVersion: {{ $c.Values.triton.image.tag | quote }}
+  args:
+    - --model-control-mode={{ $c.Values.triton.modelControlMode }}
+    {{- if eq $c.Values.triton.modelControlMode "explicit" }}
+    {{- range $c.Values.triton.loadModels }}
+    - --load-model={{ . }}
+    {{- end }}
+    {{- end }}
+    {{- range $c.Values.triton.extraArgs }}
+    - {{ . | quote }}
+    {{- end }}
+  {{- end }}
+  resources:
+    {{- include "triton-stack.triton.resources" $c | nindent 4 }}
+{{- end }}
+
+{{/* "true" where the InferenceService runs on Knative (Serverless, or Knative as KServe >= 0.15 calls it). */}}
+{{- define "triton-stack.kserve.knative" -}}
+{{- has .Values.kserve.deploymentMode (list "Serverless" "Knative") }}
 {{- end }}

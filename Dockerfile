@@ -1,0 +1,51 @@
+# syntax=docker/dockerfile:1
+# The gateway image (`make image`): `gateway serve` on HTTP 8080 and gRPC 50051, with the Feast
+# feature repository at /app/feature_repo. The Helm chart deploys it as triton-stack/gateway:<appVersion>.
+#
+# Two stages: `build` installs requirements/gateway.lock (the gateway's subset of project.lock,
+# wheels only) and the project into /opt/venv; the final stage copies that venv onto a clean
+# slim base, so it carries no compiler, no build backend and no pip cache.
+
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+WORKDIR /src
+COPY requirements/gateway.lock requirements/gateway.lock
+# --no-deps + pip check: exactly the locked set, and the build fails if a requirement is unpinned.
+RUN /opt/venv/bin/pip install --no-cache-dir --no-deps --only-binary=:all: -r requirements/gateway.lock \
+ && /opt/venv/bin/pip check
+COPY pyproject.toml README.md ./
+COPY gateway gateway
+COPY feature_repo feature_repo
+# The project itself (the `gateway` command); only gateway/ and feature_repo/ are in the context.
+# The build backend is pinned through a constraint and lives only in pip's isolated build env.
+RUN echo "setuptools==80.9.0" > /tmp/build-constraints.txt \
+ && PIP_CONSTRAINT=/tmp/build-constraints.txt /opt/venv/bin/pip install --no-cache-dir --no-deps . \
+ && /opt/venv/bin/pip check
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="triton-stack gateway" \
+      org.opencontainers.image.description="Feast online features + one Triton call, over HTTP and gRPC"
+# The uid/gid the chart's podSecurityContext runs as (runAsNonRoot needs a numeric USER to check).
+RUN groupadd --system --gid 10001 gateway \
+ && useradd --system --uid 10001 --gid gateway --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin gateway
+COPY --from=build /opt/venv /opt/venv
+# Definitions and profiles only: .dockerignore keeps feature_repo/data (generated) out.
+COPY feature_repo /app/feature_repo
+WORKDIR /app
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    GATEWAY_FEATURE_REPO=/app/feature_repo \
+    GATEWAY_PORT=8080 \
+    GATEWAY_GRPC_PORT=50051
+USER 10001:10001
+EXPOSE 8080 50051
+# slim has no curl: the standard library asks /healthz (urlopen raises on a non-2xx answer).
+HEALTHCHECK --interval=10s --timeout=3s --start-period=20s --retries=3 \
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('GATEWAY_PORT', '8080') + '/healthz', timeout=2)"]
+ENTRYPOINT ["gateway"]
+CMD ["serve", "--host", "0.0.0.0"]
