@@ -180,7 +180,7 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
     if request.ensemble:
         from builder.ensemble import ensemble_artifacts, load_spec
 
-        spec = load_spec(model, request.ensemble_spec)
+        spec = load_spec(model, request.ensemble_spec, ctx.workdir)
         extra = ensemble_artifacts(ctx.name, inputs.tensors, outputs, spec, options, parameters=params)
         for art in extra:
             art.metadata.update(

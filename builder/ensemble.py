@@ -48,8 +48,9 @@ class EnsembleSpec:
         return cls(preprocess=dict(pre), postprocess=dict(post), source=source)
 
 
-def load_spec(model: RegistryModel, spec_file: Path | None) -> EnsembleSpec:
-    """The spec from ``spec_file``, else from the model's run; a threshold param overrides."""
+def load_spec(model: RegistryModel, spec_file: Path | None, workdir: Path | None = None) -> EnsembleSpec:
+    """The spec from ``spec_file``, else from the model's run (downloaded into ``workdir``, the
+    export's scratch folder, so that nothing outlives the export); a threshold param overrides."""
     if spec_file is not None:
         try:
             data = json.loads(spec_file.read_text())
@@ -57,7 +58,9 @@ def load_spec(model: RegistryModel, spec_file: Path | None) -> EnsembleSpec:
             raise UsageError(f"cannot read ensemble spec {spec_file}: {exc}") from exc
         spec = EnsembleSpec.from_dict(data, str(spec_file))
     else:
-        spec = EnsembleSpec.from_dict(_run_artifact(model), f"runs:/{model.run_id}/{RUN_ARTIFACT}")
+        spec = EnsembleSpec.from_dict(
+            _run_artifact(model, workdir), f"runs:/{model.run_id}/{RUN_ARTIFACT}"
+        )
     if "decision_threshold" in model.run_params:
         try:
             spec.postprocess["threshold"] = float(model.run_params["decision_threshold"])
@@ -66,12 +69,19 @@ def load_spec(model: RegistryModel, spec_file: Path | None) -> EnsembleSpec:
     return spec
 
 
-def _run_artifact(model: RegistryModel) -> Any:
+def _run_artifact(model: RegistryModel, workdir: Path | None) -> Any:
     import mlflow
     from mlflow.exceptions import MlflowException
 
     try:
-        path = mlflow.artifacts.download_artifacts(run_id=model.run_id, artifact_path=RUN_ARTIFACT)
+        # Without dst_path MLflow downloads into a fresh temp folder it never removes.
+        dst = None
+        if workdir is not None:
+            dst = workdir / "ensemble-spec"
+            dst.mkdir(parents=True, exist_ok=True)
+        path = mlflow.artifacts.download_artifacts(
+            run_id=model.run_id, artifact_path=RUN_ARTIFACT, dst_path=str(dst) if dst else None
+        )
         return json.loads(Path(path).read_text())
     except (MlflowException, OSError, json.JSONDecodeError) as exc:
         raise UsageError(
