@@ -336,5 +336,6 @@ def print_next_steps() -> None:
         soft_wrap=True,
     )
 
+
 if __name__ == "__main__":
     main()

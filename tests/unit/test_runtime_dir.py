@@ -28,7 +28,7 @@ def no_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BUILDER_RUNTIME_DIR", raising=False)
 
 
-def test_found_from_the_project_root_and_any_folder_below(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_found_from_the_project_root_and_below(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = project(tmp_path, installed=True)
     assert default_runtime_dir(root) == root / ".runtime"
     assert default_runtime_dir(root / "model_repo") == root / ".runtime"
