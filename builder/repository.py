@@ -7,6 +7,13 @@ A version directory appears whole or not at all: it is staged as ``<model>/.stag
 number, so Triton never treats it as a version) and renamed into place; ``config.pbtxt`` and
 warm-up files are replaced with ``os.replace``. Everything is staged before anything is
 renamed, so a failure in any model of an ensemble leaves the repository as it was.
+
+A kill (SIGKILL, OOM) during the renames leaves no mix for Triton to serve: an ensemble pins its
+steps' versions and loads only its own pinned version (``specific``), so replacing its
+config.pbtxt is the one commit point. Before it, each step's config (shared by all its versions)
+is rewritten to keep the pinned old version loaded beside the new one, and python steps read
+their parameters from their version folder (spec.json); after it, the steps' final configs let
+the old versions go. The next export of the same version rolls a killed one forward.
 Re-exporting the same source (same registry version, run and export settings: the artifact's
 ``identity``) is a no-op, even where a converter's output is not byte-for-byte reproducible;
 anything else under an existing version number is refused unless forced, since a serving
