@@ -180,8 +180,10 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
     if request.ensemble:
         from builder.ensemble import ensemble_artifacts, load_spec
 
-        spec = load_spec(model, request.ensemble_spec)
-        extra = ensemble_artifacts(ctx.name, inputs.tensors, outputs, spec, options, parameters=params)
+        spec = load_spec(model, request.ensemble_spec, ctx.workdir)
+        extra = ensemble_artifacts(
+            ctx.name, inputs.tensors, outputs, spec, options, parameters=params, version=ctx.version
+        )
         for art in extra:
             art.metadata.update(
                 {"source": metadata["source"], "ensemble_spec": spec.source, "builder_version": __version__}

@@ -222,6 +222,9 @@ class EnsembleStep:
     model_name: str
     input_map: dict[str, str]  # step's model input -> ensemble tensor
     output_map: dict[str, str]  # step's model output -> ensemble tensor
+    # The step model's version the ensemble runs; -1 is "the latest loaded". builder export
+    # pins the version it wrote, so that the ensemble config is the export's commit point.
+    model_version: int = -1
 
 
 def ensemble_config(
@@ -234,7 +237,7 @@ def ensemble_config(
     options: ServingOptions,
     parameters: dict[str, str] | None = None,
 ) -> ModelConfig:
-    """An ``ensemble`` config; steps use model_version -1 (the latest loaded version)."""
+    """An ``ensemble`` config; each step runs its ``model_version`` (-1: the latest loaded)."""
     batched = max_batch_size > 0
     spec: dict[str, Any] = {
         "name": name,
@@ -247,7 +250,7 @@ def ensemble_config(
             "step": [
                 {
                     "model_name": s.model_name,
-                    "model_version": -1,
+                    "model_version": s.model_version,
                     "input_map": s.input_map,
                     "output_map": s.output_map,
                 }
@@ -255,6 +258,12 @@ def ensemble_config(
             ]
         },
     }
+    pinned = {s.model_version for s in steps}
+    if len(pinned) == 1 and min(pinned) > 0:
+        # An ensemble version is an empty folder; what it runs is in this config. Loading only
+        # the pinned version makes a new version folder inert until the config naming it lands,
+        # so that one file replace switches the served version and its steps together.
+        spec["version_policy"] = {"specific": {"versions": sorted(pinned)}}
     if parameters:
         spec["parameters"] = {k: {"string_value": v} for k, v in parameters.items()}
     return json_format.ParseDict(spec, ModelConfig())

@@ -48,8 +48,9 @@ class EnsembleSpec:
         return cls(preprocess=dict(pre), postprocess=dict(post), source=source)
 
 
-def load_spec(model: RegistryModel, spec_file: Path | None) -> EnsembleSpec:
-    """The spec from ``spec_file``, else from the model's run; a threshold param overrides."""
+def load_spec(model: RegistryModel, spec_file: Path | None, workdir: Path | None = None) -> EnsembleSpec:
+    """The spec from ``spec_file``, else from the model's run (downloaded into ``workdir``, the
+    export's scratch folder, so that nothing outlives the export); a threshold param overrides."""
     if spec_file is not None:
         try:
             data = json.loads(spec_file.read_text())
@@ -57,7 +58,7 @@ def load_spec(model: RegistryModel, spec_file: Path | None) -> EnsembleSpec:
             raise UsageError(f"cannot read ensemble spec {spec_file}: {exc}") from exc
         spec = EnsembleSpec.from_dict(data, str(spec_file))
     else:
-        spec = EnsembleSpec.from_dict(_run_artifact(model), f"runs:/{model.run_id}/{RUN_ARTIFACT}")
+        spec = EnsembleSpec.from_dict(_run_artifact(model, workdir), f"runs:/{model.run_id}/{RUN_ARTIFACT}")
     if "decision_threshold" in model.run_params:
         try:
             spec.postprocess["threshold"] = float(model.run_params["decision_threshold"])
@@ -66,12 +67,19 @@ def load_spec(model: RegistryModel, spec_file: Path | None) -> EnsembleSpec:
     return spec
 
 
-def _run_artifact(model: RegistryModel) -> Any:
+def _run_artifact(model: RegistryModel, workdir: Path | None) -> Any:
     import mlflow
     from mlflow.exceptions import MlflowException
 
     try:
-        path = mlflow.artifacts.download_artifacts(run_id=model.run_id, artifact_path=RUN_ARTIFACT)
+        # Without dst_path MLflow downloads into a fresh temp folder it never removes.
+        dst = None
+        if workdir is not None:
+            dst = workdir / "ensemble-spec"
+            dst.mkdir(parents=True, exist_ok=True)
+        path = mlflow.artifacts.download_artifacts(
+            run_id=model.run_id, artifact_path=RUN_ARTIFACT, dst_path=str(dst) if dst else None
+        )
         return json.loads(Path(path).read_text())
     except (MlflowException, OSError, json.JSONDecodeError) as exc:
         raise UsageError(
@@ -80,11 +88,13 @@ def _run_artifact(model: RegistryModel) -> Any:
         ) from exc
 
 
-def _step_files(script: str) -> dict[str, bytes]:
+def _step_files(script: str, spec: dict[str, Any]) -> dict[str, bytes]:
     package = resources.files("builder.ensemble_models")
     return {
         "model.py": package.joinpath(script).read_bytes(),
         "transforms.py": package.joinpath("transforms.py").read_bytes(),
+        # Per version (the config is per model): see builder/repository.py on crash consistency.
+        "spec.json": (json.dumps(spec, sort_keys=True) + "\n").encode(),
     }
 
 
@@ -95,8 +105,10 @@ def ensemble_artifacts(
     spec: EnsembleSpec,
     options: ServingOptions,
     parameters: dict[str, str] | None = None,
+    version: int = -1,
 ) -> list[ModelArtifact]:
-    """The preprocess, postprocess and ensemble models around the exported model ``name``."""
+    """The preprocess, postprocess and ensemble models around the exported model ``name``;
+    the ensemble's steps run ``version`` of each (the version this export writes)."""
     if len(model_inputs) != 1 or model_inputs[0].dtype != "float32":
         raise UsageError(
             "--ensemble needs a model with one float32 input (all columns numeric)",
@@ -128,15 +140,16 @@ def ensemble_artifacts(
                 parameters=spec_json,
                 options=options,
             ),
-            version_files=_step_files("preprocess.py"),
+            version_files=_step_files("preprocess.py", spec.preprocess),
         )
     ]
     steps = [
-        EnsembleStep(pre_name, {raw.name: raw.name}, {"features": "features"}),
+        EnsembleStep(pre_name, {raw.name: raw.name}, {"features": "features"}, version),
         EnsembleStep(
             name,
             {raw.name: "features"},
             {o.name: o.name for o in model_outputs if o.name != "label"},
+            version,
         ),
     ]
     outputs = [o for o in model_outputs if o.name != "label"]
@@ -155,11 +168,16 @@ def ensemble_artifacts(
                     parameters={"spec": json.dumps(spec.postprocess)},
                     options=options,
                 ),
-                version_files=_step_files("postprocess.py"),
+                version_files=_step_files("postprocess.py", spec.postprocess),
             )
         )
         steps.append(
-            EnsembleStep(post_name, {"probabilities": "probabilities"}, {"score": "score", "label": "label"})
+            EnsembleStep(
+                post_name,
+                {"probabilities": "probabilities"},
+                {"score": "score", "label": "label"},
+                version,
+            )
         )
         outputs += [score, label]
     artifacts.append(

@@ -9,10 +9,13 @@ so any refusal leaves it unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
+import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -110,8 +113,8 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
         from builder.tensorrt.plan import preflight as plan_preflight  # fails fast, before any download
 
         preflight = plan_preflight(request.tensorrt, request.serving)
-    with tempfile.TemporaryDirectory(prefix="builder-export-") as tmp:
-        ctx = steps.ExportContext(request=request, uri=uri, name=name, workdir=Path(tmp), preflight=preflight)
+    with export_workdir() as tmp:
+        ctx = steps.ExportContext(request=request, uri=uri, name=name, workdir=tmp, preflight=preflight)
         timer = _Timer(progress)
         for step in steps.pipeline(ctx):
             title = step.title(ctx)
@@ -127,6 +130,47 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
             steps=timer.done,
             plan_parity=ctx.plan_parity,
         )
+
+
+WORKDIR_PREFIX = "builder-export-"
+
+
+@contextlib.contextmanager
+def export_workdir(parent: Path | None = None) -> Iterator[Path]:
+    """The export's scratch folder, ``<tmp>/builder-export-<pid>-*``, removed on the way out.
+
+    A killed export cannot remove its own (SIGKILL runs no cleanup), and its downloads can be
+    large, so the folder is stamped with the pid and every export first removes those whose
+    process is gone.
+    """
+    parent = parent or Path(tempfile.gettempdir())
+    remove_stale_workdirs(parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-", dir=parent))
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def remove_stale_workdirs(parent: Path) -> list[Path]:
+    """Remove the scratch folders of exports that no longer run; returns what was removed."""
+    removed = []
+    for folder in parent.glob(f"{WORKDIR_PREFIX}*"):
+        pid = folder.name[len(WORKDIR_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive, and not ours to clean
+        return True
+    return True
 
 
 class _Timer:

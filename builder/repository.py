@@ -7,6 +7,13 @@ A version directory appears whole or not at all: it is staged as ``<model>/.stag
 number, so Triton never treats it as a version) and renamed into place; ``config.pbtxt`` and
 warm-up files are replaced with ``os.replace``. Everything is staged before anything is
 renamed, so a failure in any model of an ensemble leaves the repository as it was.
+
+A kill (SIGKILL, OOM) during the renames leaves no mix for Triton to serve: an ensemble pins its
+steps' versions and loads only its own pinned version (``specific``), so replacing its
+config.pbtxt is the one commit point. Before it, each step's config (shared by all its versions)
+is rewritten to keep the pinned old version loaded beside the new one, and python steps read
+their parameters from their version folder (spec.json); after it, the steps' final configs let
+the old versions go. The next export of the same version rolls a killed one forward.
 Re-exporting the same source (same registry version, run and export settings: the artifact's
 ``identity``) is a no-op, even where a converter's output is not byte-for-byte reproducible;
 anything else under an existing version number is refused unless forced, since a serving
@@ -15,16 +22,20 @@ Triton may hold that version.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
+import signal
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.config import ModelConfig, to_pbtxt
+from google.protobuf import text_format
+
+from builder.config import ModelConfig, parse_pbtxt, to_pbtxt
 from builder.errors import RepositoryError
 from builder.names import validate_model_name
 
@@ -111,18 +122,32 @@ def write_models(
         for d in created_dirs:
             shutil.rmtree(d, ignore_errors=True)
         raise RepositoryError(f"cannot write into {repo}: {exc}") from exc
+    _fault("staged")
     results = []
-    for art, status, stage in staged:
+    ensembles = [(a, st, sg) for a, st, sg in staged if a.config.platform == "ensemble"]
+    singles = [(a, st, sg) for a, st, sg in staged if a.config.platform != "ensemble"]
+    held = _held_versions(repo, version, [a for a, _, _ in ensembles])
+    for art, status, stage in [*singles, *ensembles]:
         model_dir = repo / art.name
         new_model = model_dir in created_dirs
+        if art.name in held:
+            # An ensemble step: its config (shared by every version) first keeps the version
+            # the current ensemble pins loaded beside the new one, until the ensemble commits.
+            _write_model_files(model_dir, _holding(art, held[art.name], version))
+            _fault(f"hold:{art.name}")
         if new_model:
-            # A new model gets its config first: a polling Triton that sees the folder finds
-            # a config with no version yet (not loadable), never a version without a config.
+            # A new model gets its config first: a polling Triton that sees the folder finds a
+            # config with no version yet (not loadable), never a version without a config.
             _write_model_files(model_dir, art)
+            _fault(f"config:{art.name}")
         if stage is not None:
             _swap_in(stage, model_dir / str(version))
-        if not new_model:
+            _fault(f"version:{art.name}")
+        if not new_model and art.name not in held:
+            # For an ensemble this is the commit: its old config loads only the old version
+            # (``specific``, see ensemble_config) and pins the old steps; the new one, the new.
             _write_model_files(model_dir, art)
+            _fault(f"config:{art.name}")
         results.append(
             WriteResult(
                 art.name,
@@ -132,7 +157,62 @@ def write_models(
                 tuple(sorted(art.version_files)),
             )
         )
+    for art, _, _ in singles:
+        if art.name in held:  # the ensembles now run the new versions: let the old ones go
+            _write_model_files(repo / art.name, art)
+            _fault(f"release:{art.name}")
     return results
+
+
+FAULT_ENV = "BUILDER_FAULT_AT"
+
+
+def _fault(point: str) -> None:
+    """Test hook: ``BUILDER_FAULT_AT=<point>`` SIGKILLs the export right after ``point`` (e.g.
+    ``staged``, ``version:NAME``, ``config:NAME_ensemble``), as a crash or an OOM kill would,
+    so that tests can check what every intermediate state leaves Triton to load."""
+    if os.environ.get(FAULT_ENV) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _held_versions(repo: Path, version: int, ensembles: list[ModelArtifact]) -> dict[str, int]:
+    """For each step of the ensembles being written: the version the ensemble on disk runs now,
+    where that is not ``version`` (the one this export writes) and must stay loaded meanwhile."""
+    held: dict[str, int] = {}
+    for art in ensembles:
+        current = _read_config(repo / art.name)
+        if current is None:
+            continue  # a new ensemble: nothing serves yet, nothing to keep
+        for step in current.ensemble_scheduling.step:
+            pinned = step.model_version
+            if pinned <= 0:  # "latest": written before steps were pinned
+                pinned = max(model_versions(repo / step.model_name), default=0)
+            if pinned > 0 and pinned != version:
+                held[step.model_name] = pinned
+    return held
+
+
+def _holding(art: ModelArtifact, old: int, new: int) -> ModelArtifact:
+    """``art`` with a config that loads both ``old`` and ``new`` (the export's transition)."""
+    config = ModelConfig()
+    config.CopyFrom(art.config)
+    config.version_policy.Clear()
+    config.version_policy.specific.versions.extend(sorted({old, new}))
+    return dataclasses.replace(art, config=config)
+
+
+def _read_config(model_dir: Path) -> ModelConfig | None:
+    try:
+        return parse_pbtxt((model_dir / "config.pbtxt").read_text())
+    except (OSError, UnicodeDecodeError, text_format.ParseError):
+        return None
+
+
+def model_versions(model_dir: Path) -> list[int]:
+    """The numeric version folders of a model, ascending (what Triton calls its versions)."""
+    if not model_dir.is_dir():
+        return []
+    return sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
 
 
 def _plan(repo: Path, version: int, art: ModelArtifact, force: bool) -> tuple[ModelArtifact, str]:

@@ -18,7 +18,7 @@ from google.protobuf import text_format
 
 from builder.config import ModelConfig, parse_pbtxt
 from builder.convert.base import graph_tensors
-from builder.repository import STAGING_PREFIX
+from builder.repository import STAGING_PREFIX, read_metadata
 from builder.tensors import dtype_from_triton
 
 _BACKEND_FILES = {"onnxruntime": "model.onnx", "python": "model.py"}
@@ -53,7 +53,64 @@ def validate_repository(repo: Path) -> tuple[list[ModelEntry], list[str]]:
     for entry in entries.values():
         if entry.config.platform == "ensemble":
             _check_ensemble(entry, entries, problems)
+            _check_one_export(repo, entry, entries, problems)
     return list(entries.values()), problems
+
+
+def loaded_versions(config: ModelConfig, versions: list[int]) -> list[int]:
+    """The versions Triton loads of a model with these version folders (its version_policy)."""
+    policy = config.version_policy
+    if policy.HasField("all"):
+        return list(versions)
+    if policy.HasField("specific"):
+        return [v for v in versions if v in set(policy.specific.versions)]
+    latest = policy.latest.num_versions if policy.HasField("latest") else 1
+    return versions[-max(latest, 1) :]
+
+
+def _check_one_export(
+    repo: Path, entry: ModelEntry, entries: dict[str, ModelEntry], problems: list[str]
+) -> None:
+    """An ensemble and the step versions it runs must come from one export: a mix is what an
+    export killed half-way leaves (or a hand edit), and Triton would serve it."""
+    name = entry.name
+    hint = "an interrupted `builder export`? re-run it"
+    served = loaded_versions(entry.config, entry.versions)
+    unserved = [v for v in entry.versions if v > max(served, default=0)]
+    if unserved:
+        problems.append(f"{name}: version {unserved[-1]} is not served (its config loads {served}): {hint}")
+    sources = {f"{name}/{v}": _source(repo / name / str(v)) for v in served[-1:]}
+    for step in entry.config.ensemble_scheduling.step:
+        target = entries.get(step.model_name)
+        pinned = step.model_version
+        if target is None or pinned <= 0:
+            continue
+        where = f"{name}: step {step.model_name} pins version {pinned}"
+        if pinned not in target.versions:
+            problems.append(f"{where}, which does not exist: a mixed ensemble ({hint})")
+            continue
+        if pinned not in loaded_versions(target.config, target.versions):
+            problems.append(f"{where}, which its config does not load: a mixed ensemble ({hint})")
+        latest = target.versions[-1]
+        if latest != pinned:
+            problems.append(
+                f"{where}, but its latest version is {latest}, which Triton serves on its own: "
+                f"a mixed ensemble ({hint})"
+            )
+        sources[f"{step.model_name}/{pinned}"] = _source(repo / step.model_name / str(pinned))
+    known = {k: v for k, v in sources.items() if v is not None}
+    if len(set(known.values())) > 1:
+        listed = ", ".join(f"{k} from {v}" for k, v in sorted(known.items()))
+        problems.append(f"{name}: a mixed ensemble, its versions come from different exports: {listed}")
+
+
+def _source(version_dir: Path) -> str | None:
+    """Which registry version (and run) a version folder was exported from, per its metadata."""
+    source = (read_metadata(version_dir) or {}).get("source")
+    if not isinstance(source, dict):
+        return None
+    model = source.get("registered_name") or source.get("uri")
+    return f"{model} v{source.get('version')} (run {source.get('run_id')})"
 
 
 def _check_model(model_dir: Path, problems: list[str]) -> ModelEntry | None:

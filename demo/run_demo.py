@@ -315,8 +315,26 @@ def main() -> None:
         stop(triton)
     step("done")
     console.print(f"model repository: {REPO}\nregistry: {os.environ['MLFLOW_TRACKING_URI']}")
+    print_next_steps()
     if gate_rc:
         sys.exit(gate_rc)
+
+
+def print_next_steps() -> None:
+    """Commands to paste in this shell: ``builder`` finds the runtime ``make`` installed in
+    ``.runtime/`` on its own (the project's runtime is the default inside the project)."""
+    body = json.dumps({"rows": ROWS[:1]})
+    console.print("\n[bold]serve it yourself[/] (two terminals, from the project folder):")
+    console.print(
+        f"  cd {ROOT} && source .venv/bin/activate\n"
+        "  builder serve --repo model_repo --address 127.0.0.1\n"
+        f"  gateway serve --triton-url 127.0.0.1:8001 --feature-repo feature_repo --model {MODEL}\n"
+        f"  curl -s http://127.0.0.1:8080/v1/models/{MODEL}/predict "
+        f"-H 'content-type: application/json' -d '{body}'",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 if __name__ == "__main__":

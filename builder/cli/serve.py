@@ -29,7 +29,8 @@ RuntimeDirOption = Annotated[
     Path | None,
     typer.Option(
         "--runtime-dir",
-        help="Runtime root (default: $BUILDER_RUNTIME_DIR, else ~/.cache/triton-stack/runtime).",
+        help="Runtime root (default: $BUILDER_RUNTIME_DIR, else the project's installed .runtime/, "
+        "else ~/.cache/triton-stack/runtime).",
         show_default=False,
     ),
 ]

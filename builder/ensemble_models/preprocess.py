@@ -19,7 +19,15 @@ import transforms
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
-        self.spec = json.loads(config["parameters"]["spec"]["string_value"])
+        # The version's own spec.json first: the config is shared by every version of the model,
+        # and during an export the old version must keep its own parameters. Versions exported
+        # before spec.json existed read the config's.
+        own = os.path.join(os.path.dirname(os.path.abspath(__file__)), "spec.json")
+        if os.path.exists(own):
+            with open(own) as fh:
+                self.spec = json.load(fh)
+        else:
+            self.spec = json.loads(config["parameters"]["spec"]["string_value"])
         self.input_name = config["input"][0]["name"]
         self.output_name = config["output"][0]["name"]
 

@@ -27,12 +27,41 @@ STAMP_NAME = "install-stamp.json"
 _ENV_VAR = "BUILDER_RUNTIME_DIR"
 
 
-def default_runtime_dir() -> Path:
-    """``$BUILDER_RUNTIME_DIR`` if set, else ``~/.cache/triton-stack/runtime``."""
+PROJECT_RUNTIME = ".runtime"
+_PROJECT_MARKERS = ("pyproject.toml", ".git")
+
+
+def default_runtime_dir(start: Path | None = None) -> Path:
+    """Where the runtime is looked for (and installed) when ``--runtime-dir`` is not given.
+
+    ``$BUILDER_RUNTIME_DIR`` if set; else the project's ``.runtime/`` when it holds an install
+    stamp, the project being the nearest folder at or above ``start`` (default: the current
+    directory) with a ``pyproject.toml`` or ``.git``; else ``~/.cache/triton-stack/runtime``.
+    The middle rule is why ``builder serve`` typed in a shell after ``make demo`` finds the
+    runtime ``make`` installed: the Makefile exports the variable only to its own recipes.
+    """
     configured = os.environ.get(_ENV_VAR)
     if configured:
         return Path(configured).expanduser()
+    project = project_runtime_dir(start or Path.cwd())
+    if project is not None:
+        return project
     return Path.home() / ".cache" / "triton-stack" / "runtime"
+
+
+def project_runtime_dir(start: Path) -> Path | None:
+    """The installed ``.runtime/`` of the project ``start`` lies in, or None.
+
+    The search stops at the first project root: a ``.runtime`` of an enclosing, unrelated
+    folder is not this project's.
+    """
+    for folder in (start.absolute(), *start.absolute().parents):
+        candidate = folder / PROJECT_RUNTIME
+        if (candidate / STAMP_NAME).is_file():
+            return candidate
+        if any((folder / marker).exists() for marker in _PROJECT_MARKERS):
+            return None
+    return None
 
 
 @dataclass(frozen=True)

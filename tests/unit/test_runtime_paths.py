@@ -46,6 +46,7 @@ def test_default_runtime_dir_follows_the_environment(tmp_path: Path, monkeypatch
     monkeypatch.setenv("BUILDER_RUNTIME_DIR", str(tmp_path / "rt"))
     assert default_runtime_dir() == tmp_path / "rt"
     monkeypatch.delenv("BUILDER_RUNTIME_DIR")
+    monkeypatch.chdir(tmp_path)  # outside any project with an installed .runtime/
     assert default_runtime_dir() == Path.home() / ".cache" / "triton-stack" / "runtime"
 
 
