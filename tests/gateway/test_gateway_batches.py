@@ -4,7 +4,9 @@
 
 Triton refuses a call of more rows than ``max_batch_size``; a user must never see that: every
 valid request answers 200 with the native model's scores, however many arrive together. And a
-request the gateway must refuse fails alone, whatever it was merged with.
+request the gateway must refuse fails alone, whatever it was merged with (on the demo model
+itself, whose max_batch_size of 64 the merged requests stay under: only the hostile one is at
+stake).
 """
 
 from __future__ import annotations
@@ -114,7 +116,6 @@ def test_one_request_of_more_rows_than_max_batch_size_answers_in_order(
 def test_a_hostile_request_merged_with_valid_ones_fails_alone_with_a_422_naming_the_field(
     stack: Stack,
     gateway: servers.Gateway,
-    small_model: str,
     rows: list[dict[str, Any]],
     hostile: dict[str, Any],
     field: str,
@@ -122,11 +123,11 @@ def test_a_hostile_request_merged_with_valid_ones_fails_alone_with_a_422_naming_
     bad = {**rows[0], **hostile}
     bodies = [{"rows": [bad]} if i % 4 == 0 else {"rows": rows[i % 64 : i % 64 + 2]} for i in range(48)]
     with ThreadPoolExecutor(16) as pool:
-        responses = list(pool.map(lambda b: post(gateway, small_model, b), bodies))
+        responses = list(pool.map(lambda b: post(gateway, MODEL, b), bodies))
+    hostile_answers = {(r.status_code, r.json().get("field")) for r in responses[::4]}
+    neighbours = [(i, r) for i, r in enumerate(responses) if i % 4]
+    failed = [r.text for _, r in neighbours if r.status_code != 200]
+    assert hostile_answers == {(422, field)} and not failed, (hostile_answers, len(failed), failed[:2])
     native = expected_scores(stack, rows)
-    for i, response in enumerate(responses):
-        if i % 4 == 0:
-            assert response.status_code == 422, response.text
-            assert response.json()["field"] == field
-        else:
-            np.testing.assert_allclose(scores(response), native[i % 64 : i % 64 + 2], atol=1e-5)
+    for i, response in neighbours:
+        np.testing.assert_allclose(scores(response), native[i % 64 : i % 64 + 2], atol=1e-5)
