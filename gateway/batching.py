@@ -7,12 +7,13 @@ everything queued at that moment (up to ``max_rows``) as one batch. There is no 
 request is served at once, and batches form only when requests arrive while one is in flight,
 which is exactly when batching pays. Results are split back per request, in order.
 
-A batch is cut to what the model takes: ``max_rows`` is the model's ``max_batch_size`` (Triton
-refuses a larger call), or, for a model without a batch axis (``max_batch_size: 0``, which takes
-its tensors whole), the gateway's own per-request limit. Requests are never split between
-batches; one request of more rows than the model takes (still within GATEWAY_MAX_BATCH_ROWS)
-forms a batch alone, whose Triton call ``split_rows`` cuts into calls of at most
-``max_batch_size`` rows and ``join_rows`` puts back together, in order.
+A batch is cut to what the model takes: ``max_rows`` is at most the model's ``max_batch_size``
+(Triton refuses a larger call; a model without a batch axis, ``max_batch_size: 0``, takes its
+tensors whole) and at most the gateway's own cap on one feature read (gateway/core.py).
+Requests are never split between batches; one request of more rows than the model takes
+(still within GATEWAY_MAX_BATCH_ROWS) forms a batch alone, whose Triton call ``split_rows``
+cuts into calls of at most ``max_batch_size`` rows and ``join_rows`` puts back together, in
+order.
 """
 
 from __future__ import annotations

@@ -97,8 +97,7 @@ class Predictor:
         if batcher is None:
             batcher = Batcher(
                 functools.partial(self._run_batch, spec),
-                # what one Triton call may carry; a model without a batch axis takes any rows
-                max_rows=spec.max_batch_size or max(self.settings.max_batch_rows, 64),
+                max_rows=_batch_rows(spec, self.settings),
                 max_in_flight=self.settings.batch_in_flight,
             )
             self._batchers[spec] = batcher
@@ -187,6 +186,14 @@ class Predictor:
             if isinstance(out, BaseException):
                 raise out
         return join_rows(outs)  # type: ignore[arg-type]  # no exceptions left
+
+
+def _batch_rows(spec: ModelSpec, settings: GatewaySettings) -> int:
+    """Rows one batch may merge: what one Triton call takes, and never more than the gateway's
+    own cap on one feature read (``max(GATEWAY_MAX_BATCH_ROWS, 64)``, the bound before models
+    said theirs), which also bounds a model without a batch axis (``max_batch_size`` 0)."""
+    cap = max(settings.max_batch_rows, 64)
+    return min(spec.max_batch_size, cap) if spec.max_batch_size > 0 else cap
 
 
 def _shared_failure(exc: BaseException) -> bool:

@@ -108,9 +108,11 @@ def rows(n: int, start: float = 0.0) -> list[tuple[str, float, str]]:
     return [(f"C-{i}", start + i, "web") for i in range(n)]
 
 
-def serve(triton: FakeTriton, features: FakeFeatures, *requests: PredictRequest) -> list[Any]:
+def serve(
+    triton: FakeTriton, features: FakeFeatures, *requests: PredictRequest, max_rows: int = 256
+) -> list[Any]:
     """Every request at once, as concurrent clients send them (one batch in flight, so they merge)."""
-    predictor = Predictor(GatewaySettings(batch_in_flight=1), triton, features)  # type: ignore[arg-type]
+    predictor = Predictor(GatewaySettings(batch_in_flight=1, max_batch_rows=max_rows), triton, features)  # type: ignore[arg-type]
 
     async def main() -> list[Any]:
         return list(await asyncio.gather(*(predictor.predict(r) for r in requests), return_exceptions=True))
@@ -165,6 +167,13 @@ def test_a_model_without_a_batch_axis_takes_the_request_whole():
     triton, features = FakeTriton(max_batch_size=0), FakeFeatures()
     (result,) = serve(triton, features, request(*rows(100)))
     assert values(result) == list(range(100)) and triton.calls == [100]
+
+
+def test_a_model_taking_more_than_the_gateway_reads_at_once_still_gets_bounded_batches():
+    triton, features = FakeTriton(max_batch_size=1024), FakeFeatures()
+    results = serve(triton, features, *(request(*rows(16)) for _ in range(12)), max_rows=16)
+    assert all(values(r) == list(range(16)) for r in results)
+    assert max(features.reads) == 64  # max(GATEWAY_MAX_BATCH_ROWS, 64), not the model's 1024
 
 
 # -- a request's failure is its own -----------------------------------------------------------
