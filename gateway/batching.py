@@ -6,14 +6,24 @@ spends the gateway's one core on bookkeeping. Here a request joins a queue; a dr
 everything queued at that moment (up to ``max_rows``) as one batch. There is no timer: a lone
 request is served at once, and batches form only when requests arrive while one is in flight,
 which is exactly when batching pays. Results are split back per request, in order.
+
+A batch is cut to what the model takes: ``max_rows`` is at most the model's ``max_batch_size``
+(Triton refuses a larger call; a model without a batch axis, ``max_batch_size: 0``, takes its
+tensors whole) and at most the gateway's own cap on one feature read (gateway/core.py).
+Requests are never split between batches; one request of more rows than the model takes
+(still within GATEWAY_MAX_BATCH_ROWS) forms a batch alone, whose Triton call ``split_rows``
+cuts into calls of at most ``max_batch_size`` rows and ``join_rows`` puts back together, in
+order.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from gateway.request import EntityRow, RequestValues
 
@@ -85,3 +95,19 @@ class Batcher:
                         raise
         finally:
             self._draining -= 1
+
+
+def split_rows(arrays: Mapping[str, np.ndarray], size: int) -> list[dict[str, np.ndarray]]:
+    """``arrays`` (each with rows on its first axis) as consecutive pieces of at most ``size``
+    rows; ``size`` 0 (a model without a batch axis) keeps them whole."""
+    n = len(next(iter(arrays.values()))) if arrays else 0
+    if size <= 0 or n <= size:
+        return [dict(arrays)]
+    return [{k: a[i : i + size] for k, a in arrays.items()} for i in range(0, n, size)]
+
+
+def join_rows(pieces: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The outputs of ``split_rows``' pieces as one, rows in order."""
+    if len(pieces) == 1:
+        return pieces[0]
+    return {k: np.concatenate([p[k] for p in pieces], axis=0) for k in pieces[0]}

@@ -73,6 +73,9 @@ class ModelSpec:
     outputs: tuple[str, ...]  # what to ask Triton for
     decision_threshold: float | None = None
     legacy: bool = False  # exported before serving.kind: outputs found by tensor name
+    # Rows one Triton call may carry (the config's max_batch_size); 0: the model has no batch
+    # axis and takes its tensors whole, so one call carries any number of rows.
+    max_batch_size: int = 0
 
     # Derived views, computed once per spec: they are read for every row on the hot path.
     @cached_property
@@ -177,7 +180,20 @@ def spec_from_config(
         outputs=requested,
         decision_threshold=threshold,
         legacy=legacy,
+        max_batch_size=_max_batch_size(name, config),
     )
+
+
+def _max_batch_size(name: str, config: dict) -> int:
+    # proto3 JSON omits a zero, so an absent max_batch_size is 0, which Triton reads the same way
+    raw = config.get("max_batch_size", 0)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = -1
+    if value < 0:
+        raise SpecError(f"model {name!r}: max_batch_size {raw!r} is not a whole number >= 0")
+    return value
 
 
 def _columns(name: str, layout: str, params: dict[str, str]) -> tuple[Column, ...]:

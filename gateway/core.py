@@ -3,6 +3,17 @@
 HTTP and gRPC adapters parse their requests into a ``PredictRequest`` (gateway/request.py) and
 turn its ``PredictResult`` (gateway/responses.py), or a GatewayError, back into their wire
 format; nothing here knows about either. Inputs are assembled in gateway/assemble.py.
+
+Concurrent requests to one model are served together (gateway/batching.py): one feature read
+and one Triton call per batch, cut to the model's ``max_batch_size``; a request of more rows
+than that is sent in several calls and its predictions put back in order.
+
+A request's failure is its own. Keys and values are validated before anything is read
+(gateway/request.py), and an entity the store lacks is refused alone. When a merged batch
+still fails in a way one request's rows may have caused (the store refusing keys, Triton or
+the assembly refusing a value), each request is served again alone, so only the culprit
+answers with the error. Failures that are nobody's input (the store or Triton unreachable or
+late, the model gone) fail the batch at once: serving each alone would only wait longer.
 """
 
 from __future__ import annotations
@@ -11,11 +22,20 @@ import asyncio
 import functools
 import time
 
+import numpy as np
+
 from gateway import metrics
 from gateway.assemble import assemble_input, undefaultable
-from gateway.batching import Batcher, Pending
+from gateway.batching import Batcher, Pending, join_rows, split_rows
 from gateway.catalog import ModelSpec, feature_service_of, spec_from_config
-from gateway.errors import EntityNotFound, InvalidInput, ModelNotFound, TooLarge
+from gateway.errors import (
+    DeadlineExceeded,
+    EntityNotFound,
+    InvalidInput,
+    ModelNotFound,
+    TooLarge,
+    Unavailable,
+)
 from gateway.features import OnlineFeatures, age_seconds
 from gateway.request import PredictRequest, validate
 from gateway.responses import PredictResult, predictions
@@ -77,7 +97,7 @@ class Predictor:
         if batcher is None:
             batcher = Batcher(
                 functools.partial(self._run_batch, spec),
-                max_rows=max(self.settings.max_batch_rows, 64),
+                max_rows=_batch_rows(spec, self.settings),
                 max_in_flight=self.settings.batch_in_flight,
             )
             self._batchers[spec] = batcher
@@ -85,8 +105,21 @@ class Predictor:
         return result
 
     async def _run_batch(self, spec: ModelSpec, batch: list[Pending]) -> None:
-        """One feature read and one Triton call for every request in ``batch``; a request whose
-        entity cannot be scored gets its 404 and stays out of the Triton call."""
+        """Serve ``batch``; if it fails in a way one request may have caused, serve each alone."""
+        try:
+            await self._serve(spec, batch)
+        except Exception as exc:
+            if len(batch) == 1 or _shared_failure(exc):
+                raise
+            alone = [item for item in batch if not item.future.done()]
+            outcomes = await asyncio.gather(*(self._serve(spec, [i]) for i in alone), return_exceptions=True)
+            for item, outcome in zip(alone, outcomes, strict=True):
+                if isinstance(outcome, BaseException) and not item.future.done():
+                    item.future.set_exception(outcome)
+
+    async def _serve(self, spec: ModelSpec, batch: list[Pending]) -> None:
+        """One feature read and one Triton call (split at ``max_batch_size``) for every request in
+        ``batch``; a request whose entity cannot be scored gets its 404 and stays out of it."""
         entity_rows = [r for p in batch for r in p.entity_rows]
         start = time.perf_counter()
         try:
@@ -118,7 +151,7 @@ class Predictor:
         inputs = assemble_input(spec, request_values, online, len(rows))
         start = time.perf_counter()
         try:
-            out = await self.triton.infer(spec.triton_model, inputs, spec.outputs)
+            out = await self._infer(spec, inputs)
         except ModelNotFound:
             self.forget(spec.name)  # a reload may have changed it: resolve again next time
             raise
@@ -127,6 +160,8 @@ class Predictor:
         scored = predictions(spec, out, [bool(fetched.missing[i]) for i in rows])
         oldest = [fetched.oldest_epoch_s[i] for i in rows]
         for item, part in served:
+            if item.future.done():  # its caller gave up while Triton answered
+                continue
             item.future.set_result(
                 PredictResult(
                     model=spec.name,
@@ -137,6 +172,34 @@ class Predictor:
                     feature_age_s=age_seconds(oldest[part]),
                 )
             )
+
+    async def _infer(self, spec: ModelSpec, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Triton's outputs for ``inputs``, in calls of at most the model's ``max_batch_size``
+        rows (sent together: Triton's own batcher and instances take them in parallel)."""
+        pieces = split_rows(inputs, spec.max_batch_size)
+        if len(pieces) == 1:
+            return await self.triton.infer(spec.triton_model, pieces[0], spec.outputs)
+        outs = await asyncio.gather(
+            *(self.triton.infer(spec.triton_model, p, spec.outputs) for p in pieces), return_exceptions=True
+        )
+        for out in outs:
+            if isinstance(out, BaseException):
+                raise out
+        return join_rows(outs)  # type: ignore[arg-type]  # no exceptions left
+
+
+def _batch_rows(spec: ModelSpec, settings: GatewaySettings) -> int:
+    """Rows one batch may merge: what one Triton call takes, and never more than the gateway's
+    own cap on one feature read (``max(GATEWAY_MAX_BATCH_ROWS, 64)``, the bound before models
+    said theirs), which also bounds a model without a batch axis (``max_batch_size`` 0)."""
+    cap = max(settings.max_batch_rows, 64)
+    return min(spec.max_batch_size, cap) if spec.max_batch_size > 0 else cap
+
+
+def _shared_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is nobody's input: a dependency down or late, or the model gone. Serving
+    a batch's requests alone would then fail each the same way, only later."""
+    return isinstance(exc, Unavailable | DeadlineExceeded | ModelNotFound)
 
 
 def _refusal(

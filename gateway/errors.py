@@ -44,6 +44,14 @@ class InvalidInput(GatewayError):
     cause = "invalid_input"
 
 
+class RefusedByStore(InvalidInput):
+    """The online store raised on a request's entity keys themselves (a value its key encoding
+    refuses), not because it is down. A batch of requests that hits it is read again request by
+    request (gateway/core.py), so only the request whose keys it refuses answers with it."""
+
+    cause = "refused_by_store"
+
+
 class Unauthenticated(GatewayError):
     http_status = 401
     grpc_code = grpc.StatusCode.UNAUTHENTICATED

@@ -8,6 +8,11 @@ itself: handing them to a worker thread made each one wait for the GIL behind th
 The price is that a read stuck on a locked database file blocks the loop, and the timeout is
 checked only after it returns; ``thread`` keeps the loop free (and the timeout exact) for a
 SQLite store that something writes to while the gateway serves.
+
+A read Feast raises on because of the keys themselves (ValueError, TypeError, OverflowError
+while it encodes them) is a ``RefusedByStore`` (422), not a 503: the store is up, and retrying
+would fail the same way. The request path validates keys first (gateway/request.py), so this is
+the remainder nobody foresaw; gateway/core.py keeps it to the request that caused it.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gateway.errors import DeadlineExceeded, SpecError, Unavailable
+from gateway.errors import DeadlineExceeded, RefusedByStore, SpecError, Unavailable
 from gateway.request import EntityRow
 
 
@@ -132,6 +137,12 @@ class OnlineFeatures:
                 ) from exc
             # A writer (a materialize run) held the file past SQLite's busy timeout: slow, not down.
             raise DeadlineExceeded("the online store is locked by a writer", cause="feature_timeout") from exc
+        except (ValueError, TypeError, OverflowError) as exc:
+            # Feast raised while encoding the keys (a protobuf int64 out of range, a string that
+            # is not UTF-8): these rows' fault, not the store's, and no reason to retry later.
+            raise RefusedByStore(
+                f"the online store refused these entity keys ({type(exc).__name__}: {exc})", field="rows"
+            ) from exc
         except Exception as exc:  # redis/sqlite connection errors surface as many types
             raise Unavailable(
                 f"the online store is unreachable ({type(exc).__name__})", cause="feature_store_unavailable"

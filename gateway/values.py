@@ -6,7 +6,8 @@ docs/serving-contract.md). Values reach a column from two places, checked differ
 - **the request** (request fields, entity keys): strictly, because a wrong type is the caller's
   mistake and must be a 422 naming the field. ``float32`` takes an int or a float, finite and
   within float32's range; ``int64`` takes integers only, within int64's range (``1.0`` is not
-  an integer); ``bool`` takes true/false only; ``string`` takes strings only. A boolean is
+  an integer); ``bool`` takes true/false only; ``string`` takes strings only, and only valid
+  Unicode (no lone surrogate, which JSON can escape but UTF-8 cannot carry). A boolean is
   never a number: ``true`` for a numeric column is refused, though Python calls it an int.
 - **the online store**: leniently within the schema's own promotions, because Feast's types are
   the feature view's, not a caller's: an ``Int64`` or ``Bool`` feature feeds a ``float32``
@@ -81,6 +82,12 @@ def from_request(dtype: str, value: Scalar) -> Scalar:
         return value
     if not isinstance(value, str):
         raise Mismatch(f"must be {_describe(dtype)}")
+    try:
+        # JSON can escape a lone surrogate ("\ud800"), which Python decodes but no UTF-8 encoder
+        # (Feast's key encoding, Triton's BYTES tensors) takes: refused here, as the caller's.
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Mismatch("must be valid Unicode text (it has a lone surrogate escape)") from None
     return value
 
 
