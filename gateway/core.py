@@ -118,7 +118,7 @@ class Predictor:
         inputs = assemble_input(spec, request_values, online, len(rows))
         start = time.perf_counter()
         try:
-            out = await self.triton.infer(spec.triton_model, inputs, spec.outputs)
+            out, ran = await self.triton.infer(spec.triton_model, inputs, spec.outputs)
         except ModelNotFound:
             self.forget(spec.name)  # a reload may have changed it: resolve again next time
             raise
@@ -130,7 +130,7 @@ class Predictor:
             item.future.set_result(
                 PredictResult(
                     model=spec.name,
-                    version=spec.version,
+                    version=ran or spec.version,  # what Triton ran: the spec may lag a swap
                     kind=spec.kind,
                     classes=spec.classes,
                     predictions=scored[part],
