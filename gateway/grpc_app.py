@@ -132,7 +132,7 @@ class GatewayServicer:
 
 
 def server_options(max_message_bytes: int, idle_timeout_s: float) -> list[tuple[str, int]]:
-    """Limits for the gRPC server: message size, and idle connections closed (docs/limits.md).
+    """Limits for the gRPC server: message size, and idle connections closed (docs/gateway-limits.md).
 
     ``max_connection_idle_ms`` sends GOAWAY to a connection with no call for that long; the
     handshake timeout closes one that never completes HTTP/2's preface (gRPC's default: 120 s).

@@ -7,7 +7,7 @@ ASGI scope directly, before the framework; everything else (``/healthz``, ``/rea
 ``/metrics``, 404s, the app's lifespan) goes to the FastAPI app behind it. Both only translate to
 and from the core: statuses come from the error tree (gateway/errors.py).
 
-Hostile bodies are a 4xx, never a 500 (docs/limits.md): the body is bounded (``max_body_bytes``),
+Hostile bodies are a 4xx, never a 500 (docs/gateway-limits.md): the body is bounded (``max_body_bytes``),
 must be UTF-8, and is parsed with bounded integers (``MAX_INT_DIGITS``), bounded nesting (the
 parser's recursion limit, ~1,000; a row's values are scalars, so anything nested is refused
 anyway), no duplicate keys and no lone surrogates in strings. ``NaN``/``Infinity`` literals parse,
@@ -267,7 +267,7 @@ def create_app(service: Service) -> ASGIApp:
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:
-        # open by default even with keys on, for in-cluster Prometheus scrapes (docs/limits.md)
+        # open by default even with keys on, for in-cluster Prometheus scrapes (docs/gateway-limits.md)
         if service.settings.metrics_require_key:
             try:
                 service.auth.check(request.headers.get("x-api-key"), request.headers.get("authorization"))

@@ -23,7 +23,7 @@ class GatewaySettings(BaseSettings):
 
     triton_timeout_s: float = Field(2.0, gt=0)
     # The longest wait between reconnects to Triton after it went away: gRPC's default grows to
-    # 120 s, so a gateway kept answering 503 for seconds after Triton was back (docs/limits.md).
+    # 120 s, so a gateway kept answering 503 for seconds after Triton was back (docs/gateway-limits.md).
     triton_reconnect_max_s: float = Field(0.5, gt=0)
     spec_ttl_s: float = Field(30.0, ge=0)  # how often a model's version and feature list are re-read
     feature_timeout_s: float = Field(1.0, gt=0)

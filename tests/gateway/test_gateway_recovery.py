@@ -120,13 +120,14 @@ def test_after_triton_is_killed_and_back_the_first_200_comes_within_1s_of_ready(
         except BaseException as exc:  # shown by the main thread
             failed.append(exc)
 
+    triton_http = f"127.0.0.1:{ports['http']}"  # back.ports is set only once start() binds
     starter = threading.Thread(target=start, daemon=True)
     starter.start()
     # clients keep asking through the outage, as they would; Triton's ready is polled between
     statuses: set[int] = set()
-    while not _ready(back.http_url):
+    while not _ready(triton_http):
         assert not failed, f"Triton did not come back: {failed[0]}\n{back.log_tail()}"
-        assert starter.is_alive() or _ready(back.http_url), back.log_tail()
+        assert starter.is_alive() or _ready(triton_http), back.log_tail()
         statuses.add(predict(gw, {"rows": ROWS}).status_code)
         time.sleep(0.05)
     ready_at = time.monotonic()
