@@ -71,7 +71,7 @@ async def _serve(settings: Any, models: tuple[str, ...]) -> None:
     import uvicorn
 
     from gateway.grpc_app import create_server
-    from gateway.http_app import create_app
+    from gateway.http_app import IdleTimeoutProtocol, create_app
     from gateway.service import Service
 
     service = await Service.open(settings, models)
@@ -82,6 +82,8 @@ async def _serve(settings: Any, models: tuple[str, ...]) -> None:
         log_level="warning",
         access_log=False,
         lifespan="on",
+        http=IdleTimeoutProtocol,  # also closes connections that never send a request
+        timeout_keep_alive=settings.idle_timeout_s,  # uvicorn says int; its timer takes a float
     )
     http = uvicorn.Server(config)
     grpc_server = None

@@ -151,7 +151,7 @@ class Predictor:
         inputs = assemble_input(spec, request_values, online, len(rows))
         start = time.perf_counter()
         try:
-            out = await self._infer(spec, inputs)
+            out, ran = await self._infer(spec, inputs)
         except ModelNotFound:
             self.forget(spec.name)  # a reload may have changed it: resolve again next time
             raise
@@ -165,7 +165,7 @@ class Predictor:
             item.future.set_result(
                 PredictResult(
                     model=spec.name,
-                    version=spec.version,
+                    version=ran or spec.version,  # what Triton ran: the spec may lag a swap
                     kind=spec.kind,
                     classes=spec.classes,
                     predictions=scored[part],
@@ -173,19 +173,25 @@ class Predictor:
                 )
             )
 
-    async def _infer(self, spec: ModelSpec, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Triton's outputs for ``inputs``, in calls of at most the model's ``max_batch_size``
-        rows (sent together: Triton's own batcher and instances take them in parallel)."""
+    async def _infer(
+        self, spec: ModelSpec, inputs: dict[str, np.ndarray]
+    ) -> tuple[dict[str, np.ndarray], str | None]:
+        """Triton's outputs for ``inputs`` and the version that ran them, in calls of at most the
+        model's ``max_batch_size`` rows (sent together: Triton's own batcher and instances take
+        them in parallel). Calls split across a hot swap report the newest version."""
         pieces = split_rows(inputs, spec.max_batch_size)
         if len(pieces) == 1:
             return await self.triton.infer(spec.triton_model, pieces[0], spec.outputs)
-        outs = await asyncio.gather(
+        answers = await asyncio.gather(
             *(self.triton.infer(spec.triton_model, p, spec.outputs) for p in pieces), return_exceptions=True
         )
-        for out in outs:
-            if isinstance(out, BaseException):
-                raise out
-        return join_rows(outs)  # type: ignore[arg-type]  # no exceptions left
+        done: list[tuple[dict[str, np.ndarray], str | None]] = []
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
+            done.append(answer)
+        versions = [v for _, v in done if v]
+        return join_rows([out for out, _ in done]), max(versions, key=int) if versions else None
 
 
 def _batch_rows(spec: ModelSpec, settings: GatewaySettings) -> int:

@@ -1,4 +1,9 @@
-"""gRPC transport: the Gateway service of gateway/proto/gateway.proto over the same core."""
+"""gRPC transport: the Gateway service of gateway/proto/gateway.proto over the same core.
+
+The method is registered by hand with no request deserializer: the servicer gets the raw bytes
+and parses them itself, so a message that does not decode is an INVALID_ARGUMENT from the error
+tree. (The generated servicer deserializes inside grpc, where a failure is UNKNOWN to clients.)
+"""
 
 from __future__ import annotations
 
@@ -7,17 +12,20 @@ import time
 
 import grpc
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from gateway import metrics
 from gateway.catalog import ClassLabel
-from gateway.errors import GatewayError, InvalidInput
-from gateway.proto import gateway_pb2, gateway_pb2_grpc
+from gateway.errors import BadRequest, GatewayError, InvalidInput
+from gateway.proto import gateway_pb2
 from gateway.request import PredictRequest, Row
 from gateway.responses import Prediction, PredictResult
 from gateway.service import Service
 from gateway.values import Scalar
 
 log = logging.getLogger("gateway")
+
+SERVICE = gateway_pb2.DESCRIPTOR.services_by_name["Gateway"].full_name  # gateway.v1.Gateway
 
 
 def _row(i: int, row: gateway_pb2.Row) -> Row:
@@ -29,6 +37,15 @@ def _row(i: int, row: gateway_pb2.Row) -> Row:
             raise InvalidInput(f"field {key!r} has no value", field=f"rows[{i}].{key}")
         fields[key] = getattr(value, kind)
     return Row(fields)
+
+
+def decode(raw: bytes) -> gateway_pb2.PredictRequest:
+    """The wire bytes as a PredictRequest; bytes that are not one (truncated, garbage, a string
+    that is not UTF-8) are the caller's mistake."""
+    try:
+        return gateway_pb2.PredictRequest.FromString(raw)
+    except DecodeError as exc:
+        raise BadRequest(f"the request is not a gateway.v1.PredictRequest: {exc}") from None
 
 
 def parse_request(request: gateway_pb2.PredictRequest) -> PredictRequest:
@@ -79,19 +96,19 @@ def to_response(result: PredictResult) -> gateway_pb2.PredictResponse:
     )
 
 
-class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
+class GatewayServicer:
     def __init__(self, service: Service) -> None:
         self.service = service
 
-    async def Predict(
-        self, request: gateway_pb2.PredictRequest, context: grpc.aio.ServicerContext
-    ) -> gateway_pb2.PredictResponse:
+    async def Predict(self, raw: bytes, context: grpc.aio.ServicerContext) -> gateway_pb2.PredictResponse:
         start = time.perf_counter()
         metrics.IN_FLIGHT.inc()
         status = "OK"
+        request = gateway_pb2.PredictRequest()  # until the bytes decode: no model to label
         try:
             md = {k.lower(): v for k, v in context.invocation_metadata() or ()}
             self.service.auth.check(md.get("x-api-key"), md.get("authorization"))
+            request = decode(raw)
             result = await self.service.predictor.predict(parse_request(request))
             return to_response(result)
         except GatewayError as exc:
@@ -109,14 +126,35 @@ class GatewayServicer(gateway_pb2_grpc.GatewayServicer):
         finally:
             metrics.IN_FLIGHT.dec()
             # unknown model names would explode label cardinality: record them as one label
-            known = status != "NOT_FOUND" or request.model in self.service.models
+            known = request.model and (status != "NOT_FOUND" or request.model in self.service.models)
             label = request.model if known else "other"
             metrics.REQUEST_SECONDS.labels("grpc_predict", label, status).observe(time.perf_counter() - start)
 
 
+def server_options(max_message_bytes: int, idle_timeout_s: float) -> list[tuple[str, int]]:
+    """Limits for the gRPC server: message size, and idle connections closed (docs/gateway-limits.md).
+
+    ``max_connection_idle_ms`` sends GOAWAY to a connection with no call for that long; the
+    handshake timeout closes one that never completes HTTP/2's preface (gRPC's default: 120 s).
+    Keepalive pings from the server find peers that vanished without a FIN."""
+    idle_ms = max(1, int(idle_timeout_s * 1000))
+    return [
+        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_connection_idle_ms", idle_ms),
+        ("grpc.server_handshake_timeout_ms", idle_ms),
+        ("grpc.keepalive_time_ms", 60_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+    ]
+
+
 def create_server(service: Service, address: str) -> grpc.aio.Server:
-    limit = service.settings.max_body_bytes
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit)])
-    gateway_pb2_grpc.add_GatewayServicer_to_server(GatewayServicer(service), server)
+    settings = service.settings
+    server = grpc.aio.server(options=server_options(settings.max_body_bytes, settings.idle_timeout_s))
+    predict = grpc.unary_unary_rpc_method_handler(
+        GatewayServicer(service).Predict,
+        request_deserializer=None,  # raw bytes: decoded (and refused) by the servicer
+        response_serializer=gateway_pb2.PredictResponse.SerializeToString,
+    )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Predict": predict}),))
     server.add_insecure_port(address)
     return server

@@ -6,6 +6,12 @@ time per request at 16 clients (py-spy, ``make bench``). So that route is answer
 ASGI scope directly, before the framework; everything else (``/healthz``, ``/readyz``,
 ``/metrics``, 404s, the app's lifespan) goes to the FastAPI app behind it. Both only translate to
 and from the core: statuses come from the error tree (gateway/errors.py).
+
+Hostile bodies are a 4xx, never a 500 (docs/gateway-limits.md): the body is bounded (``max_body_bytes``),
+must be UTF-8, and is parsed with bounded integers (``MAX_INT_DIGITS``), bounded nesting (the
+parser's recursion limit, ~1,000; a row's values are scalars, so anything nested is refused
+anyway), no duplicate keys and no lone surrogates in strings. ``NaN``/``Infinity`` literals parse,
+and are refused by the column check (a 422 naming the field, gateway/values.py).
 """
 
 from __future__ import annotations
@@ -17,9 +23,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway import metrics
 from gateway.errors import BadRequest, GatewayError, InvalidInput, MethodNotAllowed, TooLarge
@@ -46,11 +53,48 @@ def predict_model(path: str) -> str | None:
     return model if model and "/" not in model else None
 
 
+# Converting an integer costs time quadratic in its digits (Python refuses past 4,300 with a
+# ValueError, once a 500). Up to 1,000 digits it is read, so one out of its column's range (float64
+# ends at 309 digits, int64 at 19) gets the 422 that names its field; past that, a 400.
+MAX_INT_DIGITS = 1000
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise BadRequest(f"body has an integer of {len(text)} digits; at most {MAX_INT_DIGITS} are read")
+    return int(text)
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        # two values for one field: which one a proxy or a client library reads is anyone's guess
+        dup = next(k for i, (k, _) in enumerate(pairs) if any(k == p for p, _ in pairs[:i]))
+        raise BadRequest(f"body has the key {dup!a} twice in one object")
+    return obj
+
+
 def parse_json(body: bytes) -> Any:
+    """The body as JSON, refusing what the stdlib parser lets through or fails on with a 500."""
     try:
-        return json.loads(body)
+        # strict UTF-8 (RFC 8259); json.loads(bytes) would take surrogates encoded in the bytes
+        text = body.decode("utf-8")
+        return json.loads(text, parse_int=_int, object_pairs_hook=_object)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"body is not valid JSON: {exc}") from exc
+        raise BadRequest(f"body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise BadRequest("body is not valid JSON here: it is nested too deeply") from None
+
+
+def _valid_text(text: str) -> bool:
+    """False for a string with a lone surrogate (a ``\\ud800`` escape): no UTF-8 for it."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def rows_of(body: Any) -> list[Any]:
@@ -73,6 +117,9 @@ def _row(i: int, row: Any) -> Row:
         raise InvalidInput("each row must be an object of entity keys and request fields", field=f"rows[{i}]")
     fields: dict[str, Scalar] = {}
     for key, value in row.items():
+        if not _valid_text(key) or (isinstance(value, str) and not _valid_text(value)):
+            # Feast's keys and Triton's BYTES are UTF-8: such a string reaches neither
+            raise InvalidInput(f"field {key!a} is not valid Unicode (a lone surrogate)", field=f"rows[{i}]")
         if value is None:
             continue
         if not isinstance(value, bool | int | float | str):
@@ -88,8 +135,12 @@ def parse_request(model: str, body: bytes) -> PredictRequest:
 
 
 def to_json(content: Any) -> bytes:
-    """Compact UTF-8 JSON, as Starlette's JSONResponse renders it; NaN is refused, not sent."""
-    return json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    """Compact UTF-8 JSON, as Starlette's JSONResponse renders it; NaN is refused, not sent.
+
+    A lone surrogate (an error may echo a caller's field name) has no UTF-8: ``backslashreplace``
+    writes it as ``\\udXXX``, which inside a JSON string is the JSON escape for it."""
+    text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return text.encode("utf-8", "backslashreplace")
 
 
 def error_body(exc: GatewayError) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
@@ -170,6 +221,31 @@ def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
+class IdleTimeoutProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP protocol, with its keep-alive timer also armed on a fresh connection and
+    while a request's head is still arriving.
+
+    uvicorn arms ``timeout_keep_alive`` only after a response, so a connection that never sent a
+    request (or stalls in its headers) was held forever: 500 such connections stayed open. Now
+    any connection with no request being served is closed after ``timeout_keep_alive``.
+    """
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self._arm_idle()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.cycle is None or self.cycle.response_complete:  # no request head complete yet
+            self._arm_idle()
+
+    def _arm_idle(self) -> None:
+        if self.timeout_keep_alive_task is None and not self.transport.is_closing():
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
+
+
 def create_app(service: Service) -> ASGIApp:
     """The HTTP app over an opened Service (closed when the app shuts down)."""
 
@@ -190,7 +266,15 @@ def create_app(service: Service) -> ASGIApp:
         return JSONResponse(checks, status_code=200 if checks["ready"] else 503)
 
     @app.get("/metrics")
-    async def prometheus() -> Response:
+    async def prometheus(request: Request) -> Response:
+        # open by default even with keys on, for in-cluster Prometheus scrapes (docs/gateway-limits.md)
+        if service.settings.metrics_require_key:
+            try:
+                service.auth.check(request.headers.get("x-api-key"), request.headers.get("authorization"))
+            except GatewayError as exc:
+                status, body, headers = error_body(exc)
+                named = {k.decode(): v.decode() for k, v in headers}
+                return Response(body, status, named, media_type="application/json")
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return PredictRoute(app, service)

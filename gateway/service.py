@@ -34,7 +34,7 @@ class Service:
             settings.feature_timeout_s,
             settings.feature_reads,
         )
-        triton = TritonClient(settings.triton_url, settings.triton_timeout_s)
+        triton = TritonClient(settings.triton_url, settings.triton_timeout_s, settings.triton_reconnect_max_s)
         return cls(settings, Predictor(settings, triton, features), ApiKeys.from_settings(settings), models)
 
     async def close(self) -> None:

@@ -22,6 +22,9 @@ class GatewaySettings(BaseSettings):
     redis_url: str | None = None  # Feast's form, host:port[,password=...]
 
     triton_timeout_s: float = Field(2.0, gt=0)
+    # The longest wait between reconnects to Triton after it went away: gRPC's default grows to
+    # 120 s, so a gateway kept answering 503 for seconds after Triton was back (docs/gateway-limits.md).
+    triton_reconnect_max_s: float = Field(0.5, gt=0)
     spec_ttl_s: float = Field(30.0, ge=0)  # how often a model's version and feature list are re-read
     feature_timeout_s: float = Field(1.0, gt=0)
     # SQLite reads on the event loop (fast) or in a worker thread (loop never blocked); see
@@ -40,9 +43,17 @@ class GatewaySettings(BaseSettings):
     # batches may be in flight at once (see gateway/batching.py).
     batch_in_flight: int = Field(4, ge=1)
 
+    # A connection (HTTP or gRPC) with no request in flight is closed after this long; one that
+    # never sends a request too. Behind a load balancer that pools connections, set it above the
+    # balancer's own idle timeout, so the gateway is never the side that closes first.
+    idle_timeout_s: float = Field(15.0, gt=0)
+
     # Auth: keys from GATEWAY_API_KEYS (comma separated) and/or a mounted file (one per line).
     api_keys: SecretStr | None = None
     api_keys_file: Path | None = None
+    # /metrics stays open with keys on, so Prometheus inside the cluster scrapes it without a
+    # secret; set this to require a key there too.
+    metrics_require_key: bool = False
     log_level: str = "info"
 
     def missing_policy(self, model: str) -> str:

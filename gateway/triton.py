@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
+from tritonclient.grpc._client import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
 from tritonclient.utils import InferenceServerException
 
 from gateway.errors import DeadlineExceeded, GatewayError, ModelNotFound, Unavailable
@@ -40,11 +41,36 @@ def translate(exc: InferenceServerException, what: str) -> GatewayError:
     return GatewayError(f"Triton failed {what}: {exc.message()}")
 
 
+def channel_args(reconnect_max_s: float) -> list[tuple[str, int]]:
+    """tritonclient's own channel options, plus a short reconnect back-off.
+
+    gRPC backs off between reconnects up to 120 s by default, and every call in the meantime
+    fails at once with UNAVAILABLE: after an outage of a few seconds the gateway kept answering
+    503 for seconds more, though Triton was ready. Capped at ``reconnect_max_s``, the channel
+    tries again that often (loopback or in-cluster, a refused connect costs nothing), and the
+    first request after Triton is back finds it connected. The connect deadline
+    (``min_reconnect_backoff_ms``) stays at 1 s, so a slow network still gets to finish a connect.
+    """
+    keepalive = KeepAliveOptions()
+    reconnect_max_ms = max(1, int(reconnect_max_s * 1000))
+    return [
+        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.keepalive_time_ms", keepalive.keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive.keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", int(keepalive.keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", keepalive.http2_max_pings_without_data),
+        ("grpc.initial_reconnect_backoff_ms", min(100, reconnect_max_ms)),
+        ("grpc.min_reconnect_backoff_ms", 1000),
+        ("grpc.max_reconnect_backoff_ms", reconnect_max_ms),
+    ]
+
+
 class TritonClient:
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, reconnect_max_s: float = 0.5) -> None:
         self.url = url
         self.timeout_s = timeout_s
-        self._client = grpcclient.InferenceServerClient(url)
+        self._client = grpcclient.InferenceServerClient(url, channel_args=channel_args(reconnect_max_s))
 
     async def close(self) -> None:
         await self._client.close()
@@ -77,9 +103,12 @@ class TritonClient:
 
     async def infer(
         self, model: str, inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...]
-    ) -> dict[str, np.ndarray]:
+    ) -> tuple[dict[str, np.ndarray], str]:
         """One inference call: named input arrays in (their dtype gives the Triton type), the
-        named outputs back (BYTES outputs as object arrays of bytes)."""
+        named outputs back (BYTES outputs as object arrays of bytes), and the version Triton ran.
+
+        The version comes from Triton's answer, not from the gateway's cached spec: right after
+        a new version is loaded, the spec may still name the old one for up to ``spec_ttl_s``."""
         request = infer_inputs(inputs)
         requested = [grpcclient.InferRequestedOutput(o) for o in outputs]
         try:
@@ -88,4 +117,4 @@ class TritonClient:
             )
         except InferenceServerException as exc:
             raise translate(exc, f"inference on {model!r}") from exc
-        return {o: result.as_numpy(o) for o in outputs}
+        return {o: result.as_numpy(o) for o in outputs}, result.get_response().model_version

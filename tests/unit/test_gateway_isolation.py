@@ -68,7 +68,9 @@ class FakeTriton:
     async def model_config(self, model: str) -> dict:
         return self.cfg
 
-    async def infer(self, model: str, inputs: dict[str, np.ndarray], outputs: tuple[str, ...]) -> dict:
+    async def infer(
+        self, model: str, inputs: dict[str, np.ndarray], outputs: tuple[str, ...]
+    ) -> tuple[dict, str]:
         n = len(inputs["amount"])
         self.calls.append(n)
         await asyncio.sleep(0)  # a real call yields to the loop
@@ -78,7 +80,7 @@ class FakeTriton:
             raise self.failure
         if "boom" in inputs["channel"][:, 0].tolist():  # a value this model's graph cannot take
             raise GatewayError("Triton failed inference: unknown category 'boom'")
-        return {"value": inputs["amount"].astype(np.float32)}
+        return {"value": inputs["amount"].astype(np.float32)}, "1"  # and the version that ran
 
 
 class FakeFeatures:

@@ -505,12 +505,15 @@ class FakeTriton:
     async def model_config(self, model: str) -> dict:
         return self.cfg
 
-    async def infer(self, model: str, inputs: dict[str, np.ndarray], outputs: tuple[str, ...]) -> dict:
+    async def infer(
+        self, model: str, inputs: dict[str, np.ndarray], outputs: tuple[str, ...]
+    ) -> tuple[dict, str]:
         self.calls.append(inputs)
         n = len(next(iter(inputs.values())))
         # p(fraud) = 0.9 for the "web" channel, else 0.1: enough to see which row is which
         p = np.array([0.9 if c == "web" else 0.1 for c in inputs["channel"][:, 0]], dtype=np.float32)
-        return {"label": (p >= 0.5).astype(np.int64).reshape(n, 1), "probabilities": np.stack([1 - p, p], 1)}
+        outs = {"label": (p >= 0.5).astype(np.int64).reshape(n, 1), "probabilities": np.stack([1 - p, p], 1)}
+        return outs, "3"  # the version Triton ran
 
 
 class FakeFeatures:
