@@ -117,9 +117,12 @@ def _row(i: int, row: Any) -> Row:
         raise InvalidInput("each row must be an object of entity keys and request fields", field=f"rows[{i}]")
     fields: dict[str, Scalar] = {}
     for key, value in row.items():
-        if not _valid_text(key) or (isinstance(value, str) and not _valid_text(value)):
-            # Feast's keys and Triton's BYTES are UTF-8: such a string reaches neither
+        # Feast's keys and Triton's BYTES are UTF-8: a lone surrogate reaches neither
+        if not _valid_text(key):  # a name that cannot be echoed as a field path
             raise InvalidInput(f"field {key!a} is not valid Unicode (a lone surrogate)", field=f"rows[{i}]")
+        if isinstance(value, str) and not _valid_text(value):
+            where = f"rows[{i}].{key}"
+            raise InvalidInput(f"field {key!r} is not valid Unicode (a lone surrogate)", field=where)
         if value is None:
             continue
         if not isinstance(value, bool | int | float | str):
