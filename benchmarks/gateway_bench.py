@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from benchmarks import gateway_profile, report
-from benchmarks.gateway_loadgen import MODES, Target, Window, measure, metric_key, proto_value
+from benchmarks.gateway_loadgen import MODES, Target, Window, measure, metric_key
 from benchmarks.loadgen import triton_version
 
 if TYPE_CHECKING:
@@ -250,7 +250,7 @@ def check_answers(
     import requests
     import tritonclient.grpc as grpcclient
 
-    from gateway.proto import gateway_pb2_grpc
+    from gateway.proto import gateway_pb2_grpc, to_value
     from gateway.proto.gateway_pb2 import PredictRequest, Row
     from gateway.triton import infer_inputs  # tritonclient's InferInput, shared by grpc and grpc.aio
 
@@ -275,7 +275,7 @@ def check_answers(
         raise GatewayBenchError(f"gateway HTTP answered {resp.status_code}: {resp.text[:300]}")
     http = np.array([p["score"] for p in resp.json()["predictions"]])
     request = PredictRequest(
-        model=MODEL, rows=[Row(fields={k: proto_value(v) for k, v in r.items()}) for r in rows]
+        model=MODEL, rows=[Row(fields={k: to_value(v) for k, v in r.items()}) for r in rows]
     )
     with grpc.insecure_channel(target.gateway_grpc) as channel:
         reply = gateway_pb2_grpc.GatewayStub(channel).Predict(request, timeout=10)

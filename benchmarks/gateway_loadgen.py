@@ -91,19 +91,6 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
-def proto_value(v: Any) -> Any:
-    """A row field as the gateway's protobuf ``Value`` (bool before int: True is an int too)."""
-    from gateway.proto import gateway_pb2
-
-    if isinstance(v, bool):
-        return gateway_pb2.Value(bool_value=v)
-    if isinstance(v, int):
-        return gateway_pb2.Value(int_value=v)
-    if isinstance(v, float):
-        return gateway_pb2.Value(double_value=v)
-    return gateway_pb2.Value(string_value=v)
-
-
 def row_inputs(x: Mapping[str, np.ndarray], i: int) -> dict[str, np.ndarray]:
     """Request i's Triton inputs: row i of each named array, batch axis kept (``[1, ...]``)."""
     return {name: np.ascontiguousarray(array[i : i + 1]) for name, array in x.items()}
@@ -155,7 +142,7 @@ async def _caller(
     if mode == "grpc":
         import grpc
 
-        from gateway.proto import gateway_pb2, gateway_pb2_grpc
+        from gateway.proto import gateway_pb2, gateway_pb2_grpc, to_value
 
         channel = grpc.aio.insecure_channel(target.gateway_grpc)
         stack.push_async_callback(channel.close)
@@ -163,7 +150,7 @@ async def _caller(
 
         requests = [
             gateway_pb2.PredictRequest(
-                model=target.model, rows=[gateway_pb2.Row(fields={k: proto_value(v) for k, v in r.items()})]
+                model=target.model, rows=[gateway_pb2.Row(fields={k: to_value(v) for k, v in r.items()})]
             )
             for r in rows
         ]

@@ -15,9 +15,8 @@ import numpy as np
 from google.protobuf.message import DecodeError
 
 from gateway import metrics
-from gateway.catalog import ClassLabel
 from gateway.errors import BadRequest, GatewayError, InvalidInput
-from gateway.proto import gateway_pb2
+from gateway.proto import gateway_pb2, to_value
 from gateway.request import PredictRequest, Row
 from gateway.responses import Prediction, PredictResult
 from gateway.service import Service
@@ -52,17 +51,6 @@ def parse_request(request: gateway_pb2.PredictRequest) -> PredictRequest:
     return PredictRequest(request.model, tuple(_row(i, r) for i, r in enumerate(request.rows)))
 
 
-def _value(value: ClassLabel) -> gateway_pb2.Value:
-    # bool before int: Python's True is an int too
-    if isinstance(value, bool):
-        return gateway_pb2.Value(bool_value=value)
-    if isinstance(value, int):
-        return gateway_pb2.Value(int_value=value)
-    if isinstance(value, float):
-        return gateway_pb2.Value(double_value=value)
-    return gateway_pb2.Value(string_value=value)
-
-
 def _output(array: np.ndarray) -> gateway_pb2.Output:
     shape = list(array.shape)
     if array.dtype == object:
@@ -75,7 +63,7 @@ def _prediction(p: Prediction) -> gateway_pb2.Prediction:
     if p.score is not None:
         message.score = p.score
     if p.label is not None:
-        message.class_label.CopyFrom(_value(p.label))
+        message.class_label.CopyFrom(to_value(p.label))
         if isinstance(p.label, int) and not isinstance(p.label, bool):
             message.label = p.label  # the field older clients read
     if p.value is not None:
@@ -91,7 +79,7 @@ def to_response(result: PredictResult) -> gateway_pb2.PredictResponse:
         model_version=result.version,
         feature_age_seconds=result.feature_age_s,
         kind=result.kind,
-        classes=[_value(c) for c in result.classes or ()],
+        classes=[to_value(c) for c in result.classes or ()],
         predictions=[_prediction(p) for p in result.predictions],
     )
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import requests
 
-from gateway.proto import gateway_pb2, gateway_pb2_grpc
+from gateway.proto import gateway_pb2, gateway_pb2_grpc, to_value
 from tests import servers
 from tests.gateway.conftest import MODEL, Stack, gateway_env
 
@@ -66,14 +66,9 @@ def grpc_predict(
     model: str = MODEL,
     metadata: tuple[tuple[str, str], ...] = (),
 ) -> gateway_pb2.PredictResponse:
-    def value(v: Any) -> gateway_pb2.Value:
-        if isinstance(v, str):
-            return gateway_pb2.Value(string_value=v)
-        return gateway_pb2.Value(int_value=v) if isinstance(v, int) else gateway_pb2.Value(double_value=v)
-
     with grpc.insecure_channel(gw.grpc) as channel:
         request = gateway_pb2.PredictRequest(
-            model=model, rows=[gateway_pb2.Row(fields={k: value(v) for k, v in r.items()}) for r in rows]
+            model=model, rows=[gateway_pb2.Row(fields={k: to_value(v) for k, v in r.items()}) for r in rows]
         )
         return gateway_pb2_grpc.GatewayStub(channel).Predict(request, timeout=10, metadata=metadata)
 
