@@ -178,15 +178,24 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
         )
     ]
     if request.ensemble:
-        from builder.ensemble import ensemble_artifacts, load_spec
+        from builder.ensemble import FusedModel, ensemble_artifacts, fused_artifact, load_spec
 
         spec = load_spec(model, request.ensemble_spec, ctx.workdir)
-        extra = ensemble_artifacts(
-            ctx.name, inputs.tensors, outputs, spec, options, parameters=params, version=ctx.version
-        )
+        if request.ensemble_mode == "fused":
+            fused = FusedModel(ctx.name, graph, spec, options, params, warmup, artifacts[0].identity)
+            extra = [fused_artifact(fused)]
+        else:
+            extra = ensemble_artifacts(
+                ctx.name, inputs.tensors, outputs, spec, options, parameters=params, version=ctx.version
+            )
         for art in extra:
             art.metadata.update(
-                {"source": metadata["source"], "ensemble_spec": spec.source, "builder_version": __version__}
+                {
+                    "source": metadata["source"],
+                    "ensemble_spec": spec.source,
+                    "ensemble_mode": request.ensemble_mode,
+                    "builder_version": __version__,
+                }
             )
         artifacts += extra
     return artifacts

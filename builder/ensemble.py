@@ -1,4 +1,9 @@
-"""Ensembles: preprocess (Python backend) -> model (ONNX) -> postprocess (Python backend).
+"""Ensembles: preprocess -> model -> postprocess, every part an ONNX graph.
+
+Two shapes (``--ensemble-mode``): ``steps`` writes ``NAME_preprocess`` and ``NAME_postprocess``
+(ONNX graphs the builder generates, see ``builder/ensemble_onnx.py``) and the Triton ensemble
+``NAME_ensemble`` over them and ``NAME``; ``fused`` writes one ONNX model ``NAME_ensemble`` with
+the same inputs and outputs. Both serve on the onnxruntime backend, natively on the NGC server.
 
 The pre/postprocessing parameters come from the MLflow run that trained the model: the
 artifact ``serving/ensemble.json`` (``{"preprocess": {...}, "postprocess": {...}}``, the format
@@ -8,13 +13,23 @@ overriding the threshold. ``--ensemble-spec FILE`` gives the same JSON from a fi
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from builder.config import EnsembleStep, ServingOptions, ensemble_config, python_model_config
+import onnx
+
+from builder.config import (
+    EnsembleStep,
+    ServingOptions,
+    ensemble_config,
+    onnx_model_config,
+    step_serving_options,
+)
+from builder.convert.base import graph_tensors
+from builder.ensemble_onnx import fused_graph, postprocess_graph, preprocess_graph
 from builder.errors import UsageError
 from builder.registry import RegistryModel
 from builder.repository import ModelArtifact
@@ -88,14 +103,35 @@ def _run_artifact(model: RegistryModel, workdir: Path | None) -> Any:
         ) from exc
 
 
-def _step_files(script: str, spec: dict[str, Any]) -> dict[str, bytes]:
-    package = resources.files("builder.ensemble_models")
-    return {
-        "model.py": package.joinpath(script).read_bytes(),
-        "transforms.py": package.joinpath("transforms.py").read_bytes(),
-        # Per version (the config is per model): see builder/repository.py on crash consistency.
-        "spec.json": (json.dumps(spec, sort_keys=True) + "\n").encode(),
-    }
+def _spec_file(spec: dict[str, Any]) -> bytes:
+    # Per version (the config is per model): see builder/repository.py on crash consistency.
+    # The graph carries the parameters; this is their readable record beside it.
+    return (json.dumps(spec, sort_keys=True) + "\n").encode()
+
+
+def _checked_input(model_inputs: tuple[TensorSpec, ...], spec: EnsembleSpec) -> TensorSpec:
+    """The model's one float32 input, whose width the spec's preprocess must match."""
+    if len(model_inputs) != 1 or model_inputs[0].dtype != "float32":
+        raise UsageError(
+            "--ensemble needs a model with one float32 input (all columns numeric)",
+            hint="a model with string columns carries its preprocessing in its graph: "
+            "export it without --ensemble",
+        )
+    (raw,) = model_inputs
+    width = raw.shape[1]
+    for key in ("impute", "mean", "scale"):
+        values = spec.preprocess.get(key)
+        if values is not None and len(values) != width:
+            raise UsageError(
+                f"ensemble spec {spec.source}: preprocess.{key} has {len(values)} values, "
+                f"the model takes {width} features"
+            )
+    return raw
+
+
+def _post_tensors() -> tuple[TensorSpec, TensorSpec]:
+    # The dtypes and shapes the Python-backend postprocess answered with: clients keep theirs.
+    return TensorSpec("score", "float32", (-1, 1)), TensorSpec("label", "int64", (-1, 1))
 
 
 def ensemble_artifacts(
@@ -107,40 +143,20 @@ def ensemble_artifacts(
     parameters: dict[str, str] | None = None,
     version: int = -1,
 ) -> list[ModelArtifact]:
-    """The preprocess, postprocess and ensemble models around the exported model ``name``;
-    the ensemble's steps run ``version`` of each (the version this export writes)."""
-    if len(model_inputs) != 1 or model_inputs[0].dtype != "float32":
-        raise UsageError(
-            "--ensemble needs a model with one float32 input (all columns numeric)",
-            hint="a model with string columns carries its preprocessing in its graph: "
-            "export it without --ensemble",
-        )
-    (raw,) = model_inputs
+    """``--ensemble-mode steps``: the preprocess and postprocess ONNX models and the Triton
+    ensemble around the exported model ``name``; the ensemble's steps run ``version`` of each
+    (the version this export writes). Only the model batches with a queue delay."""
+    raw = _checked_input(model_inputs, spec)
     by_name = {t.name: t for t in model_outputs}
-    mbs = options.max_batch_size
+    step_options = step_serving_options(options)
     pre_name, post_name, ens_name = f"{name}_preprocess", f"{name}_postprocess", f"{name}_ensemble"
     features = TensorSpec("features", raw.dtype, raw.shape)
-    width = raw.shape[1]
-    for key in ("impute", "mean", "scale"):
-        values = spec.preprocess.get(key)
-        if values is not None and len(values) != width:
-            raise UsageError(
-                f"ensemble spec {spec.source}: preprocess.{key} has {len(values)} values, "
-                f"the model takes {width} features"
-            )
-    spec_json = {"spec": json.dumps(spec.preprocess)}
+    pre = preprocess_graph(spec.preprocess, raw.shape[1], raw.name)
     artifacts = [
         ModelArtifact(
             name=pre_name,
-            config=python_model_config(
-                pre_name,
-                [raw],
-                [features],
-                max_batch_size=mbs,
-                parameters=spec_json,
-                options=options,
-            ),
-            version_files=_step_files("preprocess.py", spec.preprocess),
+            config=onnx_model_config(pre_name, [raw], [features], step_options),
+            version_files={"model.onnx": pre.SerializeToString(), "spec.json": _spec_file(spec.preprocess)},
         )
     ]
     steps = [
@@ -155,20 +171,16 @@ def ensemble_artifacts(
     outputs = [o for o in model_outputs if o.name != "label"]
     if "probabilities" in by_name:
         probs = by_name["probabilities"]
-        score = TensorSpec("score", "float32", (-1, 1))
-        label = TensorSpec("label", "int64", (-1, 1))
+        score, label = _post_tensors()
+        post = postprocess_graph(spec.postprocess, probs.shape[1])
         artifacts.append(
             ModelArtifact(
                 name=post_name,
-                config=python_model_config(
-                    post_name,
-                    [probs],
-                    [score, label],
-                    max_batch_size=mbs,
-                    parameters={"spec": json.dumps(spec.postprocess)},
-                    options=options,
-                ),
-                version_files=_step_files("postprocess.py", spec.postprocess),
+                config=onnx_model_config(post_name, [probs], [score, label], step_options),
+                version_files={
+                    "model.onnx": post.SerializeToString(),
+                    "spec.json": _spec_file(spec.postprocess),
+                },
             )
         )
         steps.append(
@@ -184,9 +196,66 @@ def ensemble_artifacts(
         ModelArtifact(
             name=ens_name,
             config=ensemble_config(
-                ens_name, [raw], outputs, steps, max_batch_size=mbs, options=options, parameters=parameters
+                ens_name,
+                [raw],
+                outputs,
+                steps,
+                max_batch_size=options.max_batch_size,
+                options=options,
+                parameters=parameters,
             ),
             version_files={},
         )
     )
     return artifacts
+
+
+@dataclass(frozen=True)
+class FusedModel:
+    """What ``--ensemble-mode fused`` builds from: the exported model and how it is served."""
+
+    name: str
+    graph: onnx.ModelProto
+    spec: EnsembleSpec
+    options: ServingOptions
+    parameters: dict[str, str] | None = None
+    warmup_files: dict[str, bytes] | None = None  # the model's, under ``warmup/<input>``
+    identity: str | None = None  # the model's export identity, made the fused one's
+
+
+def fused_artifact(model: FusedModel) -> ModelArtifact:
+    """``--ensemble-mode fused``: preprocess -> model -> postprocess as one ONNX model
+    ``NAME_ensemble``, with the steps ensemble's inputs and outputs, so clients (and the
+    gateway, which tries ``NAME_ensemble`` first) need no change. It is the model itself, so
+    it carries the model's batching, queue delay and instances."""
+    inputs, outputs = graph_tensors(model.graph.graph.input), graph_tensors(model.graph.graph.output)
+    raw = _checked_input(inputs, model.spec)
+    by_name = {t.name: t for t in outputs}
+    probs = by_name.get("probabilities")
+    post = model.spec.postprocess if probs is not None else None
+    classes = probs.shape[1] if probs is not None else 0
+    graph = fused_graph(model.graph, model.spec.preprocess, post, raw.shape[1], classes)
+    served = graph_tensors(graph.graph.output)
+    name, options = f"{model.name}_ensemble", model.options
+    warmup = model.warmup_files if options.warmup else None
+    identity = None
+    if model.identity is not None:
+        key = {"model": model.identity, "spec": [model.spec.preprocess, model.spec.postprocess]}
+        identity = hashlib.sha256(json.dumps({"fused": key}, sort_keys=True).encode()).hexdigest()
+    return ModelArtifact(
+        name=name,
+        config=onnx_model_config(
+            name,
+            [raw],
+            served,
+            options,
+            warmup_files={t.name: t.name for t in inputs} if warmup else None,
+            parameters=model.parameters,
+        ),
+        version_files={
+            "model.onnx": graph.SerializeToString(),
+            "spec.json": _spec_file({"preprocess": model.spec.preprocess, "postprocess": post}),
+        },
+        model_files=warmup or {},
+        identity=identity,
+    )

@@ -46,6 +46,7 @@ class ExportRequest:
     opset: int = DEFAULT_OPSET
     ensemble: bool = False
     ensemble_spec: Path | None = None
+    ensemble_mode: str = "steps"  # steps: NAME_pre/postprocess + a Triton ensemble; fused: one graph
     force: bool = False
     formats: tuple[str, ...] = ("onnx",)
     tensorrt: PlanOptions = field(default_factory=PlanOptions)  # used with "tensorrt" in formats
@@ -102,6 +103,10 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
     name = validate_model_name(request.name or uri.name or "")
     if request.ensemble_spec is not None and not request.ensemble:
         raise UsageError("--ensemble-spec needs --ensemble")
+    if request.ensemble_mode != "steps" and not request.ensemble:
+        raise UsageError("--ensemble-mode needs --ensemble")
+    if request.ensemble_mode not in ("steps", "fused"):
+        raise UsageError(f"--ensemble-mode {request.ensemble_mode!r}: use steps or fused")
     unknown = set(request.formats) - set(FORMATS)
     if unknown:
         raise UsageError(

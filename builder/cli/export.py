@@ -43,8 +43,15 @@ def export(
     ] = "none",
     trt_precision: Annotated[str, typer.Option(help="FP16 or FP32, for --gpu-accelerator tensorrt")] = "FP16",
     ensemble: Annotated[
-        bool, typer.Option(help="Also write preprocess -> model -> postprocess ensemble")
+        bool, typer.Option(help="Also write NAME_ensemble: preprocess -> model -> postprocess")
     ] = False,
+    ensemble_mode: Annotated[
+        str,
+        typer.Option(
+            help="With --ensemble: steps (ONNX pre/postprocess models + a Triton ensemble) "
+            "or fused (one ONNX graph, one model)"
+        ),
+    ] = "steps",
     ensemble_spec: Annotated[
         Path | None, typer.Option(help="Ensemble JSON spec (default: the run's serving/ensemble.json)")
     ] = None,
@@ -128,6 +135,7 @@ def export(
             parity_rows=parity_rows,
             opset=opset,
             ensemble=ensemble,
+            ensemble_mode=ensemble_mode,
             ensemble_spec=ensemble_spec,
             force=force,
             formats=("onnx", "tensorrt") if "all" in formats else tuple(dict.fromkeys(formats)),

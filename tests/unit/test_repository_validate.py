@@ -74,7 +74,7 @@ def test_write_then_validate_clean(repo_dir):
     assert {r.name for r in results} == {"tiny", "tiny_preprocess", "tiny_postprocess", "tiny_ensemble"}
     assert all(r.status == "written" for r in results)
     assert (repo_dir / "tiny" / "3" / "model.onnx").is_file()
-    assert (repo_dir / "tiny_preprocess" / "3" / "transforms.py").is_file()
+    assert (repo_dir / "tiny_preprocess" / "3" / "model.onnx").is_file()
     entries, problems = validate_repository(repo_dir)
     assert problems == []
     assert len(entries) == 4
@@ -187,7 +187,7 @@ def test_validate_cli_exit_codes(repo_dir):
         timeout=120,
     )
     assert ok.returncode == 0, ok.stderr
-    (repo_dir / "tiny_postprocess" / "1" / "model.py").unlink()
+    (repo_dir / "tiny_postprocess" / "1" / "model.onnx").unlink()
     bad = subprocess.run(
         [sys.executable, "-m", "builder", "validate", "--repo", str(repo_dir), "--json"],
         capture_output=True,
@@ -195,5 +195,5 @@ def test_validate_cli_exit_codes(repo_dir):
         timeout=120,
     )
     assert bad.returncode == 7
-    assert "tiny_postprocess/1: missing model.py" in bad.stdout
+    assert "tiny_postprocess/1: missing model.onnx" in bad.stdout
     assert "error:" in bad.stderr
