@@ -85,6 +85,7 @@ def tune(
         console.print(
             f"winner: candidate {outcome.winner.index} ({outcome.winner.knobs.label()}): {what} config"
         )
+        console.print("to keep it on re-export: builder export ... " + " ".join(outcome.data["export_flags"]))
         console.print(f"plot: {outcome.plot}  report: {outcome.report}")
 
     run_json_aware(json_output, go)

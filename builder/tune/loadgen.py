@@ -117,12 +117,24 @@ async def _measure(
             if window_start <= t1 <= window_end:  # completions in the window: unbiased rate
                 latencies.append(t1 - t0)
 
+    async def server_split() -> tuple[int, int, int]:
+        # Triton's own counters at the window's edges, under load: where the time goes
+        # (queue, i.e. the batcher's wait, vs compute), as perf_analyzer reports it.
+        await asyncio.sleep(max(0.0, (window_start - time.perf_counter_ns()) / 1e9))
+        before = await _stats(client, model)
+        await asyncio.sleep(max(0.0, (window_end - time.perf_counter_ns()) / 1e9))
+        after = await _stats(client, model)
+        count, queue_ns, compute_ns = (a - b for a, b in zip(after, before, strict=True))
+        return count, queue_ns, compute_ns
+
     try:
         async with asyncio.TaskGroup() as group:  # one failed request fails the measurement
             for _ in range(concurrency):
                 group.create_task(closed_loop())
+            split = group.create_task(server_split())
     finally:
         await client.close()
+    served, queue_ns, compute_ns = split.result()
     lat_ms = np.asarray(latencies, dtype=np.float64) / 1e6
     return Measurement(
         concurrency=concurrency,
@@ -130,4 +142,13 @@ async def _measure(
         p50_ms=float(np.percentile(lat_ms, 50)) if lat_ms.size else float("inf"),
         p99_ms=float(np.percentile(lat_ms, 99)) if lat_ms.size else float("inf"),
         requests=len(latencies),
+        queue_us=queue_ns / served / 1e3 if served else 0.0,
+        compute_us=compute_ns / served / 1e3 if served else 0.0,
     )
+
+
+async def _stats(client: Any, model: str) -> tuple[int, int, int]:
+    """Successful requests, and their total queue and compute-infer time (ns), so far."""
+    response = await client.get_inference_statistics(model, client_timeout=_REQUEST_TIMEOUT_S)
+    stats = response.model_stats[0].inference_stats
+    return stats.success.count, stats.queue.ns, stats.compute_infer.ns

@@ -28,7 +28,19 @@ def results_table(
     """Every candidate, one row per concurrency level."""
     table = Table(title=f"candidates (p99 budget {budget_ms:g} ms)", title_justify="left")
     # Short headers: the table must fit an 80-column terminal (or a CI log) unwrapped.
-    for col in ("#", "mbs", "delay µs", "inst", "pref", "conc", "infer/s", "p50 ms", "p99 ms", "p99≤budget"):
+    for col in (
+        "#",
+        "mbs",
+        "delay µs",
+        "inst",
+        "pref",
+        "conc",
+        "infer/s",
+        "p50 ms",
+        "p99 ms",
+        "q/c µs",
+        "p99≤budget",
+    ):
         table.add_column(col, justify="left" if col in ("pref", "p99≤budget") else "right")
     for r in results:
         k = r.knobs
@@ -40,7 +52,7 @@ def results_table(
             ",".join(map(str, k.preferred_batch_sizes)) or "-",
         ]
         if r.error is not None:
-            table.add_row(*knob_cells, "-", "-", "-", "-", f"[red]failed: {r.error}[/]")
+            table.add_row(*knob_cells, "-", "-", "-", "-", "-", f"[red]failed: {r.error}[/]")
             continue
         for i, m in enumerate(r.measurements):
             ok = m.p99_ms <= budget_ms
@@ -50,6 +62,7 @@ def results_table(
                 f"{m.throughput:,.0f}",
                 f"{m.p50_ms:.2f}",
                 f"{m.p99_ms:.2f}",
+                f"{m.queue_us:.0f}/{m.compute_us:.0f}",  # server side: queue / compute
                 "[green]yes[/]" if ok else "[red]no[/]",
             )
     return table
@@ -102,6 +115,7 @@ def report_data(
         "score": "sum of throughput over the concurrency levels whose p99 <= budget",
         "candidates": [r.to_dict() for r in results],
         "winner": None if winner is None else winner.to_dict(),
+        "export_flags": None if winner is None else winner.knobs.export_flags(),
         "applied": applied,
     }
 

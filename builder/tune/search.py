@@ -27,6 +27,8 @@ class Measurement:
     p50_ms: float
     p99_ms: float
     requests: int
+    queue_us: float = 0.0  # server side, mean per request: the batcher's wait
+    compute_us: float = 0.0  # server side, mean per request: the model's run (its batch's)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -35,6 +37,8 @@ class Measurement:
             "p50_ms": round(self.p50_ms, 3),
             "p99_ms": round(self.p99_ms, 3),
             "requests": self.requests,
+            "server_queue_us": round(self.queue_us, 1),
+            "server_compute_us": round(self.compute_us, 1),
         }
 
 

@@ -38,6 +38,16 @@ class Knobs:
             f"mbs={self.max_batch_size} delay={self.max_queue_delay_us}us inst={self.instances} pref={pref}"
         )
 
+    def export_flags(self) -> list[str]:
+        """The ``builder export`` options that write this point again: a re-export writes the
+        config from its options, so this is how a tuned config survives the next export."""
+        flags = [
+            f"--max-batch-size={self.max_batch_size}",
+            f"--max-queue-delay-us={self.max_queue_delay_us}",
+            f"--instances={self.instances}",
+        ]
+        return flags + [f"--preferred-batch-size={b}" for b in self.preferred_batch_sizes]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "max_batch_size": self.max_batch_size,

@@ -213,3 +213,32 @@ def test_concurrency_parsing() -> None:
     assert parse_concurrency("1,16,64") == (1, 16, 64)
     with pytest.raises(UsageError):
         parse_concurrency("1,many")
+
+
+def test_export_flags_reproduce_the_winner() -> None:
+    flags = Knobs(32, 250, 2, (16, 32)).export_flags()
+    assert flags == [
+        "--max-batch-size=32",
+        "--max-queue-delay-us=250",
+        "--instances=2",
+        "--preferred-batch-size=16",
+        "--preferred-batch-size=32",
+    ]
+
+
+def test_cli_refuses_an_ensemble_with_error_and_hint(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    ens = json_format.ParseDict(
+        {"name": "ens", "platform": "ensemble", "ensemble_scheduling": {"step": [{"model_name": "clf"}]}},
+        ModelConfig(),
+    )
+    repo = _repo(tmp_path, "ens", ens)
+    args = ["tune", "ens", "--repo", str(repo), "--latency-budget-ms", "10", "--json"]
+    cli = subprocess.run([sys.executable, "-m", "builder", *args], capture_output=True, text=True, timeout=60)
+    assert cli.returncode == UsageError.exit_code
+    assert "error:" in cli.stderr and "hint:" in cli.stderr and "clf" in cli.stderr
+    import json
+
+    assert json.loads(cli.stdout)["kind"] == "UsageError"
