@@ -80,6 +80,9 @@ def tune(
             )
             return
         console.print(results_table(outcome.results, outcome.winner, latency_budget_ms))
+        for result in outcome.results:
+            if result.error is not None:
+                console.print(f"[red]candidate {result.index} failed:[/] {result.error}", soft_wrap=True)
         assert outcome.winner is not None  # run_tune raises TuneError otherwise
         what = "would write" if dry_run else ("wrote" if outcome.data["applied"] else "kept (already best)")
         console.print(
