@@ -9,7 +9,7 @@ import typer
 
 from builder.cli.common import console, emit_json, run_json_aware
 from builder.cli.main import app
-from builder.tune.run import DEFAULT_MAX_CANDIDATES, DEFAULT_MEASURE_S
+from builder.tune.run import DEFAULT_MAX_CANDIDATES, DEFAULT_MEASURE_S, DEFAULT_MIN_GAIN
 
 
 @app.command("tune")
@@ -28,6 +28,10 @@ def tune(
     measure_seconds: Annotated[
         float, typer.Option("--measure-seconds", help="Measured window per concurrency level")
     ] = DEFAULT_MEASURE_S,
+    min_gain: Annotated[
+        float,
+        typer.Option("--min-gain", help="Fraction a candidate must beat the current config's score by"),
+    ] = DEFAULT_MIN_GAIN,
     report_dir: Annotated[
         Path | None,
         typer.Option("--report-dir", help="Where tune.png and tune.json go [default: <repo>/<model>/tune/]"),
@@ -63,6 +67,7 @@ def tune(
             concurrency=parse_concurrency(concurrency),
             max_candidates=max_candidates,
             measure_seconds=measure_seconds,
+            min_gain=min_gain,
             dry_run=dry_run,
             report_dir=report_dir,
         )

@@ -96,6 +96,7 @@ def report_data(
     results: Sequence[CandidateResult],
     winner: CandidateResult | None,
     applied: bool,
+    min_gain: float,
 ) -> dict[str, Any]:
     """The measurements as JSON values (``--json``, ``tune.json`` and metadata's ``tune``)."""
     from datetime import UTC, datetime
@@ -106,6 +107,7 @@ def report_data(
         "latency_budget_ms": budget_ms,
         "concurrency": list(concurrency),
         "score": "sum of throughput over the concurrency levels whose p99 <= budget",
+        "min_gain": min_gain,
         "candidates": [r.to_dict() for r in results],
         "winner": None if winner is None else winner.to_dict(),
         "export_flags": None if winner is None else winner.knobs.export_flags(),

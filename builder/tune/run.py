@@ -19,6 +19,7 @@ from builder.tune.space import knobs_of, tunable
 DEFAULT_CONCURRENCY = (1, 16, 64)
 DEFAULT_MAX_CANDIDATES = 8
 DEFAULT_MEASURE_S = 2.0
+DEFAULT_MIN_GAIN = 0.05
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class TuneRequest:
     concurrency: tuple[int, ...] = DEFAULT_CONCURRENCY
     max_candidates: int = DEFAULT_MAX_CANDIDATES
     measure_seconds: float = DEFAULT_MEASURE_S
+    min_gain: float = DEFAULT_MIN_GAIN  # fraction of the current score a winner must add
     dry_run: bool = False
     report_dir: Path | None = None  # default: <repo>/<model>/tune/
 
@@ -43,6 +45,8 @@ class TuneRequest:
             raise UsageError("--max-candidates must be >= 1 (1 measures the current config only)")
         if not self.measure_seconds > 0:
             raise UsageError("--measure-seconds must be > 0")
+        if self.min_gain < 0:
+            raise UsageError("--min-gain must be >= 0 (a fraction: 0.05 is 5%)")
 
     @property
     def model_dir(self) -> Path:
@@ -130,11 +134,17 @@ def tune(request: TuneRequest, on_candidate: Callable[[CandidateResult], None] |
     search = QuickSearch(knobs_of(config), tunable(config), request.max_candidates)
     with session:
         results = search.run(measure)
-    winner = pick_winner(results)
+    winner = pick_winner(results, request.min_gain)
     changed = winner is not None and winner.knobs != knobs_of(config)
     apply_it = changed and not request.dry_run
     data = report.report_data(
-        request.model, request.latency_budget_ms, request.concurrency, results, winner, apply_it
+        request.model,
+        request.latency_budget_ms,
+        request.concurrency,
+        results,
+        winner,
+        apply_it,
+        request.min_gain,
     )
     request.reports.mkdir(parents=True, exist_ok=True)
     plot = request.reports / report.PLOT_FILE

@@ -101,12 +101,22 @@ def _lowest_p99(r: CandidateResult) -> float:
     return min((m.p99_ms for m in r.measurements), default=float("inf"))
 
 
-def pick_winner(results: Sequence[CandidateResult]) -> CandidateResult | None:
-    """The best candidate within budget, or None when no candidate meets the budget."""
+def pick_winner(results: Sequence[CandidateResult], min_gain: float = 0.0) -> CandidateResult | None:
+    """The best candidate within budget, or None when no candidate meets the budget.
+
+    ``results[0]`` is the current config. Another candidate replaces it only if its score is
+    more than ``min_gain`` (a fraction) above the current one's: on a shared machine a few
+    percent is noise, and rewriting a served config for noise is churn with no gain.
+    """
     best: CandidateResult | None = None
     for result in results:
         if result.within_budget and result.error is None and (best is None or result.score > best.score):
             best = result
+    if best is None or not results:
+        return best
+    current = results[0]
+    if current.within_budget and current.error is None and best.score <= current.score * (1 + min_gain):
+        return current
     return best
 
 

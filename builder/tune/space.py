@@ -48,6 +48,16 @@ class Knobs:
         ]
         return flags + [f"--preferred-batch-size={b}" for b in self.preferred_batch_sizes]
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Knobs:
+        """The inverse of ``to_dict`` (a report's JSON back to knobs)."""
+        return cls(
+            max_batch_size=int(data["max_batch_size"]),
+            max_queue_delay_us=int(data["max_queue_delay_us"]),
+            instances=int(data["instances"]),
+            preferred_batch_sizes=tuple(int(b) for b in data["preferred_batch_sizes"]),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "max_batch_size": self.max_batch_size,

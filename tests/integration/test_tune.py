@@ -45,19 +45,18 @@ def builder(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_tune_writes_the_winner_and_records_it(repo: Path) -> None:
     model_dir = repo / "tune-clf"
-    cli = builder("tune", "tune-clf", "--repo", str(repo), "--latency-budget-ms", "1000", *QUICK, "--json")
+    before = (model_dir / "config.pbtxt").read_text()
+    # --min-gain 0: any better candidate is written, so the rewrite path runs more often.
+    args = ["--latency-budget-ms", "1000", *QUICK, "--min-gain", "0", "--json"]
+    cli = builder("tune", "tune-clf", "--repo", str(repo), *args)
     assert cli.returncode == 0, cli.stderr
     result = json.loads(cli.stdout)
     assert len(result["candidates"]) == 2
     assert all(c["error"] is None and len(c["measurements"]) == 2 for c in result["candidates"])
-    winner = Knobs(
-        **{
-            **result["winner"]["knobs"],
-            "preferred_batch_sizes": tuple(result["winner"]["knobs"]["preferred_batch_sizes"]),
-        }
-    )
+    winner = Knobs.from_dict(result["winner"]["knobs"])
     config = parse_pbtxt((model_dir / "config.pbtxt").read_text())
     assert knobs_of(config) == winner
+    assert (config.max_batch_size == 64) == (before == (model_dir / "config.pbtxt").read_text())
     metadata = json.loads((model_dir / "1" / "metadata.json").read_text())
     assert metadata["tune"]["winner"] == result["winner"]
     assert "source" in metadata  # the export's facts are kept

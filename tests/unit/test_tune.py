@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,18 @@ def test_ties_keep_the_current_config() -> None:
     assert winner is not None and winner.index == 0
 
 
+def test_a_winner_must_beat_the_current_config_by_min_gain() -> None:
+    results = [
+        scored(0, BASE, [m(16, 4000, 8.0)], budget_ms=10),
+        scored(1, Knobs(128, 1000, 1), [m(16, 4100, 8.0)], budget_ms=10),  # +2.5%: noise
+    ]
+    assert pick_winner(results, min_gain=0.05) is results[0]
+    assert pick_winner(results, min_gain=0.0) is results[1]
+    # A current config over the budget has no claim to stay.
+    results[0] = scored(0, BASE, [m(16, 4000, 12.0)], budget_ms=10)
+    assert pick_winner(results, min_gain=0.05) is results[1]
+
+
 def test_no_winner_when_every_candidate_misses_the_budget() -> None:
     results = [scored(0, BASE, [m(1, 500, 20.0)], 10), failed(1, Knobs(128, 1000, 1), "boom")]
     assert pick_winner(results) is None
@@ -151,8 +164,6 @@ def test_metadata_gets_a_tune_key_in_the_latest_version(tmp_path: Path) -> None:
         (tmp_path / str(v) / "metadata.json").write_text('{"builder_version": "x"}')
     path = record_in_metadata(tmp_path, {"winner": None})
     assert path == tmp_path / "2" / "metadata.json"
-    import json
-
     assert json.loads(path.read_text()) == {"builder_version": "x", "tune": {"winner": None}}
     assert "tune" not in json.loads((tmp_path / "1" / "metadata.json").read_text())
 
@@ -201,6 +212,7 @@ def test_ensemble_is_refused_naming_its_steps(tmp_path: Path) -> None:
         {"concurrency": (0,)},
         {"max_candidates": 0},
         {"measure_seconds": 0},
+        {"min_gain": -0.1},
     ],
 )
 def test_bad_options_are_usage_errors(tmp_path: Path, kwargs: dict[str, object]) -> None:
@@ -213,6 +225,11 @@ def test_concurrency_parsing() -> None:
     assert parse_concurrency("1,16,64") == (1, 16, 64)
     with pytest.raises(UsageError):
         parse_concurrency("1,many")
+
+
+def test_knobs_round_trip_through_the_report_json() -> None:
+    knobs = Knobs(32, 250, 2, (16, 32))
+    assert Knobs.from_dict(json.loads(json.dumps(knobs.to_dict()))) == knobs
 
 
 def test_export_flags_reproduce_the_winner() -> None:
@@ -239,6 +256,5 @@ def test_cli_refuses_an_ensemble_with_error_and_hint(tmp_path: Path) -> None:
     cli = subprocess.run([sys.executable, "-m", "builder", *args], capture_output=True, text=True, timeout=60)
     assert cli.returncode == UsageError.exit_code
     assert "error:" in cli.stderr and "hint:" in cli.stderr and "clf" in cli.stderr
-    import json
 
     assert json.loads(cli.stdout)["kind"] == "UsageError"
