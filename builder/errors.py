@@ -69,3 +69,9 @@ class GpuUnavailableError(BuilderError):
     """A GPU-only step (a TensorRT engine build) was asked for where there is no GPU."""
 
     exit_code = 9
+
+
+class TuneError(BuilderError):
+    """``builder tune`` found no candidate within the latency budget (the config is unchanged)."""
+
+    exit_code = 10
