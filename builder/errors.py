@@ -74,4 +74,4 @@ class GpuUnavailableError(BuilderError):
 class TuneError(BuilderError):
     """``builder tune`` found no candidate within the latency budget (the config is unchanged)."""
 
-    exit_code = 10
+    exit_code = 13  # 10-12 are builder release's (builder/release/errors.py)

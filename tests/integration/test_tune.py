@@ -97,7 +97,7 @@ def test_a_budget_no_candidate_meets_fails_and_keeps_the_config(repo: Path, tmp_
         "--report-dir",
         str(reports),
     )
-    assert cli.returncode == 10
+    assert cli.returncode == 13
     assert "error: no candidate" in cli.stderr and "hint:" in cli.stderr
     assert (model_dir / "config.pbtxt").read_bytes() == before
     assert (reports / "tune.png").is_file() and (reports / "tune.json").is_file()
