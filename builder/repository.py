@@ -13,7 +13,8 @@ steps' versions and loads only its own pinned version (``specific``), so replaci
 config.pbtxt is the one commit point. Before it, each step's config (shared by all its versions)
 is rewritten to keep the pinned old version loaded beside the new one, and a step's parameters
 live in its version (inside its ONNX graph, with spec.json beside it as the readable record),
-never in the shared config; after it, the steps' final configs let the old versions go. The next export of the same version rolls a killed one forward.
+never in the shared config; after it, the steps' final configs let the old versions go. The
+next export of the same version rolls a killed one forward.
 Re-exporting the same source (same registry version, run and export settings: the artifact's
 ``identity``) is a no-op, even where a converter's output is not byte-for-byte reproducible;
 anything else under an existing version number is refused unless forced, since a serving
