@@ -1,14 +1,16 @@
 """Checking objects against KServe's CRD schema, as the API server would (and a bit more).
 
-The CRD (``serving.kserve.io_inferenceservices.yaml``, ~700 kB) comes from ``--crd``, else
+The CRD (``serving.kserve.io_inferenceservices.yaml``) comes from ``--crd``, else
 ``$KSERVE_CRD_DIR``, else the project's shared data beside the checkout
-(``../shared/data/kserve``). Besides the OpenAPI schema, fields the schema does not declare are
+(``../shared/data/kserve``), else the copy of KServe 0.20's vendored in ``crds/`` (gzipped), so
+the check runs in any checkout. Besides the OpenAPI schema, fields the schema does not declare are
 reported: structural-schema pruning would drop them silently, so a misspelt field would vanish
 without an error on a real cluster.
 """
 
 from __future__ import annotations
 
+import gzip
 import os
 from functools import cache
 from pathlib import Path
@@ -21,19 +23,20 @@ from builder.release.manifest import API_VERSION
 
 CRD_FILE = "serving.kserve.io_inferenceservices.yaml"
 _CHECKOUT_SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kserve"
+VENDORED = Path(__file__).resolve().parent / "crds"
 
 
-def find_crd(explicit: Path | None = None) -> Path | None:
-    """The InferenceService CRD file to validate against, or None when there is none here."""
+def find_crd(explicit: Path | None = None, filename: str = CRD_FILE) -> Path | None:
+    """The CRD file to validate against (``filename``, or its ``.gz``), or None when there is none."""
     candidates = [explicit] if explicit is not None else []
-    if not candidates and os.environ.get("KSERVE_CRD_DIR"):
-        candidates.append(Path(os.environ["KSERVE_CRD_DIR"]))
     if not candidates:
-        candidates.append(_CHECKOUT_SHARED)
+        env = os.environ.get("KSERVE_CRD_DIR")
+        candidates += [*([Path(env)] if env else []), _CHECKOUT_SHARED, VENDORED]
     for candidate in candidates:
-        path = candidate / CRD_FILE if candidate.is_dir() else candidate
-        if path.is_file():
-            return path
+        paths = [candidate / filename, candidate / f"{filename}.gz"] if candidate.is_dir() else [candidate]
+        for path in paths:
+            if path.is_file():
+                return path
     if explicit is not None:
         raise ManifestError(
             f"no KServe CRD at {explicit}", [], hint=f"pass {CRD_FILE} or the folder holding it"
@@ -45,15 +48,21 @@ def find_crd(explicit: Path | None = None) -> Path | None:
 def load_schema(crd_path: Path, api_version: str = API_VERSION) -> dict[str, Any]:
     """The ``openAPIV3Schema`` the API server applies at ``api_version`` (default: the
     InferenceService's v1beta1) from the CRD file at ``crd_path``."""
-    # libyaml's loader parses the large CRD about ten times faster than the pure-Python one.
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    crd = yaml.load(crd_path.read_text(), Loader=loader)
+    crd = read_crd(crd_path)
     group = crd["spec"]["group"]
     for version in crd["spec"]["versions"]:
         if f"{group}/{version['name']}" == api_version and version.get("served", True):
             schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
             return schema
     raise ManifestError(f"{crd_path} does not serve {api_version}", [])
+
+
+def read_crd(path: Path) -> dict[str, Any]:
+    """A CRD file, plain or gzipped, as a dict."""
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    # libyaml's loader parses the large CRD about ten times faster than the pure-Python one.
+    crd: dict[str, Any] = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return crd
 
 
 def problems(obj: dict[str, Any], schema: dict[str, Any]) -> list[str]:

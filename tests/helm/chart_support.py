@@ -7,7 +7,6 @@ Nothing here knows the template text: objects are found by kind and by the
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,7 @@ from builder.release import schema as crd_schema
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "helm" / "triton-stack"
-# Shared project data beside the checkout (../shared/data/kserve), overridable for other layouts.
-KSERVE_CRD_DIR = Path(os.environ.get("KSERVE_CRD_DIR", REPO_ROOT.parent / "shared" / "data" / "kserve"))
+
 KUBE_VERSION = "1.30"
 RELEASE = "demo"
 NAMESPACE = "serving"
@@ -211,7 +209,8 @@ CRD_FILES = {
 def crd_errors(obj: dict[str, Any]) -> list[str]:
     """Schema violations, plus fields the API server would silently prune (typos): the same
     check ``builder release`` applies before it sends anything."""
-    if not KSERVE_CRD_DIR.is_dir():
-        pytest.skip(f"KServe CRDs not found at {KSERVE_CRD_DIR} (set KSERVE_CRD_DIR)")
-    schema = crd_schema.load_schema(KSERVE_CRD_DIR / CRD_FILES[obj["kind"]], obj["apiVersion"])
+    # $KSERVE_CRD_DIR, the shared data beside the checkout, else the vendored copy: always found
+    path = crd_schema.find_crd(filename=CRD_FILES[obj["kind"]])
+    assert path is not None, "builder/release/crds/ holds KServe's CRDs"
+    schema = crd_schema.load_schema(path, obj["apiVersion"])
     return crd_schema.problems(obj, schema)

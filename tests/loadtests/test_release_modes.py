@@ -25,7 +25,8 @@ from builder.release.errors import ManifestError, ReleaseError
 from builder.release.kube import InferenceServices
 from builder.release.manifest import TAG_ROUTING, ServiceSpec, merge_patch, render
 from builder.release.modes import DEPLOYMENT_MODE, Mode, mode_of
-from tests.helm.chart_support import KSERVE_CRD_DIR, crd_errors
+from builder.release.schema import find_crd, read_crd
+from tests.helm.chart_support import crd_errors
 from tests.loadtests.fake_kube import FakeKServe
 from tests.loadtests.test_release_manifest import builder
 from tests.loadtests.test_release_rollout import NS, FakeClock, wait
@@ -49,7 +50,9 @@ def spec(version: str, canary: int | None = None, mode: Mode = Mode.AUTO) -> Ser
 @pytest.fixture
 def old_crd(tmp_path: Path) -> Path:
     """KServe's CRD as before 0.20: the same, without spec.canary."""
-    crd = yaml.load((KSERVE_CRD_DIR / CRD).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    path = find_crd()
+    assert path is not None
+    crd = read_crd(path)
     for version in crd["spec"]["versions"]:
         del version["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["canary"]
     (tmp_path / CRD).write_text(yaml.safe_dump(crd))
