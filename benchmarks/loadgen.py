@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,9 @@ class Segment:
     client_cpu_s: float  # CPU time this process used in the window (all its threads)
     server_cpu_s: float  # CPU time of the server's process group (server + model stubs)
     machine_cpu_s: float  # busy CPU time of the whole machine: what is left is someone else's
+    # Other models' statistics deltas over the same window (an ensemble's steps, say):
+    # name -> (inference_count, execution_count, queue_ns, compute_ns, success_count).
+    step_stats: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 def group_cpu_seconds(pgid: int) -> float:
@@ -75,13 +78,15 @@ def measure(
     warmup_s: float,
     seconds: float,
     server_pgid: int,
+    stats_models: tuple[str, ...] = (),
 ) -> Segment:
     """Drive ``model`` with ``concurrency`` closed-loop clients, one row per request.
 
     Requests during the first ``warmup_s`` are sent but not counted; then for ``seconds``
-    every request that completes is counted and its latency kept.
+    every request that completes is counted and its latency kept. The statistics of
+    ``stats_models`` (e.g. an ensemble's steps) are read at the same window edges.
     """
-    return asyncio.run(_measure(url, model, rows, concurrency, warmup_s, seconds, server_pgid))
+    return asyncio.run(_measure(url, model, rows, concurrency, warmup_s, seconds, server_pgid, stats_models))
 
 
 async def _stats(client: Any, model: str) -> tuple[int, int, int, int, int]:
@@ -99,6 +104,7 @@ async def _measure(
     warmup_s: float,
     seconds: float,
     server_pgid: int,
+    stats_models: tuple[str, ...] = (),
 ) -> Segment:
     import tritonclient.grpc.aio as aio  # imported here: only the client process needs it
 
@@ -130,16 +136,19 @@ async def _measure(
     def cpu() -> tuple[float, float, float]:
         return time.process_time(), group_cpu_seconds(server_pgid), machine_cpu_seconds()
 
-    async def bracket() -> tuple[tuple[int, ...], tuple[float, ...]]:
+    def delta(after: tuple[Any, ...], before: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(a - b for a, b in zip(after, before, strict=True))
+
+    async def bracket() -> tuple[tuple[int, ...], tuple[float, ...], dict[str, tuple[int, ...]]]:
         # Server counters and CPU times snapshotted at the window's edges, under load.
         await asyncio.sleep((window_start - time.perf_counter_ns()) / 1e9)
         before, cpu_before = await _stats(client, model), cpu()
+        steps_before = {m: await _stats(client, m) for m in stats_models}
         await asyncio.sleep(max(0.0, (window_end - time.perf_counter_ns()) / 1e9))
         after, cpu_after = await _stats(client, model), cpu()
-        return (
-            tuple(a - b for a, b in zip(after, before, strict=True)),
-            tuple(a - b for a, b in zip(cpu_after, cpu_before, strict=True)),
-        )
+        steps_after = {m: await _stats(client, m) for m in stats_models}
+        steps = {m: delta(steps_after[m], steps_before[m]) for m in stats_models}
+        return delta(after, before), delta(cpu_after, cpu_before), steps
 
     try:
         async with asyncio.TaskGroup() as group:  # one failed request cancels the segment
@@ -148,7 +157,7 @@ async def _measure(
             edges = group.create_task(bracket())
     finally:
         await client.close()
-    counters, cpu_times = edges.result()
+    counters, cpu_times, step_stats = edges.result()
     inference_count, execution_count, queue_ns, compute_ns, success_count = counters
     client_cpu, server_cpu, machine_cpu = cpu_times
     return Segment(
@@ -164,6 +173,7 @@ async def _measure(
         client_cpu_s=client_cpu,
         server_cpu_s=server_cpu,
         machine_cpu_s=machine_cpu,
+        step_stats=step_stats,
     )
 
 

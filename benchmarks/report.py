@@ -104,6 +104,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += gateway_markdown(report["gateway"])
     if "gpu_routes" in report:
         lines += gpu_markdown(report["gpu_routes"])
+    if "ensemble" in report:
+        lines += ensemble_markdown(report["ensemble"])
     return "\n".join(lines)
 
 
@@ -307,6 +309,88 @@ def gpu_markdown(d: dict[str, Any]) -> list[str]:
     if missing:
         lines += ["", "Not measured here:", *(f"- {r['route']}: {r['reason']}" for r in missing)]
     return [*lines, ""]
+
+
+_ENSEMBLE_PATHS = {"bare": "bare model", "steps": "steps ensemble", "fused": "fused graph"}
+
+
+def ensemble_markdown(e: dict[str, Any]) -> list[str]:
+    """Part (e): the bare model against its steps and fused ensembles, and the goals."""
+    s, goals = e["settings"], e["settings"]["goals"]
+    lat, thr = goals["p50_ratio_max"], goals["throughput_ratio_min"]
+    lines = [
+        "## (e) What does an ensemble cost? Bare model vs steps ensemble vs fused graph",
+        "",
+        f"Model: {s['model']}. Served as: "
+        + ", ".join(f"{_ENSEMBLE_PATHS[k]} `{v}`" for k, v in s["paths"].items())
+        + f"; {s['serving']}. Each point: {s['rounds']} windows of {s['duration_s'] / s['rounds']:g} s "
+        f"after {s['warmup_s']:g} s warm-up, the three paths alternated A B C C B A. Ratios: ensemble / "
+        "bare at the same concurrency.",
+        "",
+    ]
+    cmp = {(c["path"], c["concurrency"]): c for c in e["comparison"]}
+    rows = []
+    for p in e["points"]:
+        c = cmp.get((p["path"], p["concurrency"]), {})
+        rows.append(
+            [
+                f"{_ENSEMBLE_PATHS[p['path']]} `{s['paths'][p['path']]}`",
+                str(p["concurrency"]),
+                f"{p['throughput_per_s']:,.0f}",
+                _ms(p["p50_ms"]),
+                _ms(p["p99_ms"]),
+                f"{p['server_queue_ms']:.2f}",
+                f"{p['server_compute_ms']:.2f}",
+                f"{p['mean_batch_size']:.1f}",
+                f"{c['p50_ratio']:.2f}×" if c else "",
+                f"{c['throughput_ratio']:.2f}×" if c else "",
+                f"{p['client_cores']:.1f} / {p['server_cores']:.1f} / {p['other_cores']:.1f}",
+                c.get("aim", ""),
+            ]
+        )
+    lines += _table(
+        [
+            "path",
+            "concurrency",
+            "infer/s",
+            "p50 ms",
+            "p99 ms",
+            "queue ms",
+            "compute ms",
+            "mean batch",
+            "p50 / bare",
+            "infer/s / bare",
+            "cores: client / server / other",
+            "aim",
+        ],
+        rows,
+    )
+    lines += [
+        "",
+        f"Aim (issue 12): at concurrency {lat['concurrency']} p50 at most {lat['steps']:g}× the bare model's "
+        f"(steps) and {lat['fused']:g}× (fused); at {' and '.join(map(str, thr['concurrency']))} at least "
+        f"{thr['steps']:g}× its throughput.",
+        "",
+    ]
+    step_rows = [
+        [
+            str(p["concurrency"]),
+            step,
+            f"{v['queue_ms']:.2f}",
+            f"{v['compute_ms']:.2f}",
+            f"{v['mean_batch_size']:.1f}",
+        ]
+        for p in e["points"]
+        if p["path"] == "steps"
+        for step, v in p["steps"].items()
+    ]
+    lines += _table(
+        ["steps ensemble: concurrency", "step", "queue ms", "compute ms", "mean batch"], step_rows
+    )
+    errors = ", ".join(f"{k} {v:.1g}" for k, v in e["answers_max_abs_error"].items())
+    lines += ["", f"- Checked before timing (max abs error in probabilities): {errors}."]
+    lines += [*(f"- {n}" for n in e["notes"]), ""]
+    return lines
 
 
 def _rounded(value: Any) -> Any:

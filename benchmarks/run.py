@@ -15,7 +15,9 @@ What it does, start to finish, in a throwaway MLflow registry and model reposito
 6. (d) a neural network's serving routes, per batch size: ONNX Runtime on CPU, on CUDA, with its
    TensorRT accelerator, and the TensorRT plan (``gpu_routes.py``; without a GPU only the CPU
    route is measured and the others say why);
-7. prints a markdown table and writes ``benchmarks/results/<UTC timestamp>.json`` and
+7. (e) what an ensemble costs: the bare model against its ``steps`` and ``fused`` ensembles on
+   the same raw rows (``ensemble_bench.py``);
+8. prints a markdown table and writes ``benchmarks/results/<UTC timestamp>.json`` and
    ``benchmarks/results/latest.md`` (and ``gateway-profile.txt``).
 
 Run: ``make bench`` or ``.venv/bin/python benchmarks/run.py [--duration 6 --only gateway ...]``.
@@ -43,7 +45,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import gateway_bench, gpu_routes, loadgen, report  # noqa: E402
+from benchmarks import ensemble_bench, gateway_bench, gpu_routes, loadgen, report  # noqa: E402
 
 _VERSIONED = ("mlflow", "scikit-learn", "onnxruntime", "tritonclient", "grpcio", "numpy")
 MODEL = "fraud"
@@ -65,7 +67,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--native-seconds", type=float, default=3.0, help="measured seconds per native path")
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "benchmarks" / "results")
     parser.add_argument(
-        "--only", choices=("triton", "gateway", "gpu"), help="run one part: (a)+(b), (c) or (d)"
+        "--only",
+        choices=("triton", "gateway", "gpu", "ensemble"),
+        help="run one part: (a)+(b), (c), (d) or (e)",
     )
     gateway_bench.add_arguments(parser)
     gpu_routes.add_arguments(parser)
@@ -254,7 +258,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = f" ({exc.hint})" if exc.hint else ""
         print(f"bench: error: {exc.message}{hint}", file=sys.stderr)
         return exc.exit_code
-    except (BenchError, gateway_bench.GatewayBenchError, gpu_routes.GpuBenchError) as exc:
+    except (
+        BenchError,
+        gateway_bench.GatewayBenchError,
+        gpu_routes.GpuBenchError,
+        ensemble_bench.EnsembleBenchError,
+    ) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1
 
@@ -277,7 +286,13 @@ def run(args: argparse.Namespace) -> int:
             result["gateway"] = gateway_bench.run(args, runtime, root / "gateway", say)
         if args.only in (None, "gpu"):
             result["gpu_routes"] = gpu_routes.run(args, root / "gpu", say)
-    version = result.pop("triton_version", None) or result.get("gateway", {}).get("triton_version", "not run")
+        if args.only in (None, "ensemble"):
+            result["ensemble"] = ensemble_bench.run(args, runtime, root / "ensemble", say)
+    version = (
+        result.pop("triton_version", None)
+        or result.get("gateway", {}).get("triton_version")
+        or result.get("ensemble", {}).get("triton_version", "not run")
+    )
     result["machine"] = report.machine_info(version)
     result["versions"] = {pkg: metadata.version(pkg) for pkg in _VERSIONED}
     if "triton" in result:
