@@ -25,7 +25,6 @@ UNSEEN = "__never_seen_in_training__"
 class Feeds:
     arrays: dict[str, np.ndarray]
     source: str  # "input_example", "generated" or both joined by "+"
-    example_rows: int
 
     @property
     def rows(self) -> int:
@@ -104,7 +103,7 @@ def build_feeds(
     sources = (["input_example"] if example is not None else []) + (
         ["generated"] if len(parts) > (example is not None) else []
     )
-    return Feeds(arrays, "+".join(sources), 0 if example is None else len(next(iter(example.values()))))
+    return Feeds(arrays, "+".join(sources))
 
 
 def _generate(

@@ -82,7 +82,7 @@ def read_metadata(version_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -271,11 +271,11 @@ def _swap_in(stage: Path, version_dir: Path) -> None:
 
 def _write_model_files(model_dir: Path, art: ModelArtifact) -> None:
     for rel, data in art.model_files.items():
-        _atomic_write(model_dir / rel, data)
+        atomic_write(model_dir / rel, data)
     text = to_pbtxt(art.config).encode()
     config_path = model_dir / "config.pbtxt"
     if not config_path.exists() or config_path.read_bytes() != text:
-        _atomic_write(config_path, text)
+        atomic_write(config_path, text)
 
 
 def _clean_stale_staging(model_dir: Path) -> None:

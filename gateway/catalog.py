@@ -163,7 +163,9 @@ def spec_from_config(
     if legacy or kind == "other":
         requested = config_outputs
     else:
-        requested = tuple(dict.fromkeys(n for n in (roles.label, roles.probabilities, roles.value) if n))
+        # A binary model with a threshold gets its label from the gateway, not from the model.
+        label = None if kind == "binary" and threshold is not None else roles.label
+        requested = tuple(dict.fromkeys(n for n in (label, roles.probabilities, roles.value) if n))
     return ModelSpec(
         name=name,
         triton_model=triton_model,

@@ -82,6 +82,8 @@ def from_request(dtype: str, value: Scalar) -> Scalar:
         return value
     if not isinstance(value, str):
         raise Mismatch(f"must be {_describe(dtype)}")
+    if value.isascii():  # nearly every value: nothing to encode to know it is valid
+        return value
     try:
         # JSON can escape a lone surrogate ("\ud800"), which Python decodes but no UTF-8 encoder
         # (Feast's key encoding, Triton's BYTES tensors) takes: refused here, as the caller's.

@@ -19,8 +19,10 @@ from builder.tensors import TensorSpec, dtype_from_onnx
 # emits; the tree-model converters of onnxmltools stop at 15 (their own limit, see boosting).
 DEFAULT_OPSET = 17
 # Default-domain opset declared for graphs that import none (pure ai.onnx.ml tree graphs) once
-# the builder adds a standard op to them; 15 is what onnxmltools pairs with its ML opset.
+# the builder adds a standard op to them; 15 is what onnxmltools pairs with its ML opset. An
+# older graph's IR version must rise with it: opset 15 needs IR 8 (CatBoost exports IR 3).
 FALLBACK_OPSET = 15
+IR_FOR_FALLBACK_OPSET = 8
 
 
 class FlavorConverter(ABC):
@@ -155,7 +157,7 @@ def normalize_outputs(model: onnx.ModelProto, probe: dict[str, np.ndarray]) -> o
             target = helper.make_tensor(f"{out.name}__shape", onnx.TensorProto.INT64, [2], [-1, 1])
             graph.initializer.append(target)
             graph.node.append(helper.make_node("Reshape", [inner, target.name], [out.name]))
-            _ensure_default_opset(model)
+            ensure_default_opset(model)
             shape = (*shape, 1)
         declared = out.type.tensor_type.shape
         declared.ClearField("dim")
@@ -165,9 +167,11 @@ def normalize_outputs(model: onnx.ModelProto, probe: dict[str, np.ndarray]) -> o
     return model
 
 
-def _ensure_default_opset(model: onnx.ModelProto) -> None:
+def ensure_default_opset(model: onnx.ModelProto) -> None:
+    """Declare the default-domain opset (and its IR version) in a graph that imports none."""
     if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("", FALLBACK_OPSET))
+        model.ir_version = max(model.ir_version, IR_FOR_FALLBACK_OPSET)
 
 
 def check_model(model: onnx.ModelProto, model_ref: str) -> onnx.ModelProto:

@@ -27,8 +27,8 @@ import onnx
 from onnx import helper, numpy_helper
 
 from builder.convert.base import (
-    FALLBACK_OPSET,
     FlavorConverter,
+    ensure_default_opset,
     float32_tensors,
     native_frame,
     rename_outputs,
@@ -61,8 +61,6 @@ _REFUSED = {
 }
 # The exporter's own names.
 _EXPORTED_LABEL, _EXPORTED_PREDICTION = "label", "predictions"
-# ONNX's IR version for opset 15, declared once the graph imports the default domain.
-_IR_FOR_FALLBACK_OPSET = 8
 
 
 def _loss(model: Any) -> str:
@@ -199,6 +197,4 @@ def _label_from_probabilities(model: onnx.ModelProto, classes: tuple[Any, ...]) 
     for out in graph.output:
         if out.name == LABEL:
             out.type.CopyFrom(helper.make_tensor_type_proto(dtype, ["batch", 1]))
-    if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid("", FALLBACK_OPSET))
-        model.ir_version = max(model.ir_version, _IR_FOR_FALLBACK_OPSET)
+    ensure_default_opset(model)

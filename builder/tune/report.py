@@ -15,7 +15,7 @@ from rich.table import Table
 from builder.config import ModelConfig, parse_pbtxt, to_pbtxt
 
 # The repository's own atomic writer: one implementation of "replace a file safely".
-from builder.repository import METADATA_FILE, _atomic_write, model_versions, read_metadata
+from builder.repository import METADATA_FILE, atomic_write, model_versions, read_metadata
 from builder.tune.search import CandidateResult
 from builder.tune.space import Knobs, apply
 
@@ -86,7 +86,7 @@ def write_plot(path: Path, results: Sequence[CandidateResult], budget_ms: float,
     ax.grid(True, alpha=0.3)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    _atomic_write(path, buffer.getvalue())
+    atomic_write(path, buffer.getvalue())
 
 
 def report_data(
@@ -117,7 +117,7 @@ def report_data(
 
 def write_report(report_dir: Path, data: dict[str, Any]) -> Path:
     path = report_dir / REPORT_FILE
-    _atomic_write(path, (json.dumps(data, indent=2) + "\n").encode())
+    atomic_write(path, (json.dumps(data, indent=2) + "\n").encode())
     return path
 
 
@@ -126,7 +126,7 @@ def rewrite_config(config_path: Path, knobs: Knobs) -> ModelConfig:
     parsed (comments and field order are the protobuf's, as every builder-written config)."""
     current = parse_pbtxt(config_path.read_text())
     new = apply(current, knobs)
-    _atomic_write(config_path, to_pbtxt(new).encode())
+    atomic_write(config_path, to_pbtxt(new).encode())
     return new
 
 
@@ -139,5 +139,5 @@ def record_in_metadata(model_dir: Path, data: dict[str, Any]) -> Path | None:
     metadata = read_metadata(version_dir) or {}
     metadata["tune"] = data
     path = version_dir / METADATA_FILE
-    _atomic_write(path, (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode())
+    atomic_write(path, (json.dumps(metadata, indent=2, sort_keys=True) + "\n").encode())
     return path
