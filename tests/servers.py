@@ -1,4 +1,5 @@
-"""Real servers the tests start and stop: redis-server and the gateway (as subprocesses)."""
+"""Real servers the tests start and stop: Triton over an exported repository, redis-server and
+the gateway (as subprocesses)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,32 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from builder.runtime.paths import RuntimePaths
+    from builder.runtime.server import TritonServer
+
+
+@contextmanager
+def serving(
+    repo: Path, runtime: RuntimePaths, log_path: Path, *, timeout: float = 180
+) -> Iterator[TritonServer]:
+    """The real Triton serving every model folder now in ``repo`` on free ports, in explicit
+    control mode (a model or version added later loads only when a test asks), stopped on exit."""
+    from builder.runtime.server import TritonServer
+
+    names = [p.name for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    server = TritonServer(
+        repo, runtime=runtime, model_control_mode="explicit", load_models=names, log_path=log_path
+    )
+    server.start(timeout=timeout)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def free_port() -> int:

@@ -50,19 +50,8 @@ def stack(
     trained = train_and_register(store, MODEL, exp_id, n_estimators=20)
     model_repo = root / "model_repo"
     export_model(ExportRequest(f"models:/{MODEL}@champion", model_repo))
-    names = [p.name for p in model_repo.iterdir() if p.is_dir()]
-    triton = TritonServer(
-        model_repo,
-        runtime=triton_runtime,
-        model_control_mode="explicit",
-        load_models=names,
-        log_path=root / "tritonserver.log",
-    )
-    triton.start(timeout=180)
-    try:
+    with servers.serving(model_repo, triton_runtime, root / "tritonserver.log") as triton:
         yield Stack(repo, store, model_repo, trained, triton)
-    finally:
-        triton.stop()
 
 
 def gateway_env(stack: Stack, **extra: str) -> dict[str, str]:

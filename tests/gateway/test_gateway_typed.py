@@ -179,7 +179,6 @@ def typed_stack(
     mlflow_registry: str, triton_runtime: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TypedStack]:
     from builder.export import ExportRequest, export_model
-    from builder.runtime.server import TritonServer
 
     root = tmp_path_factory.mktemp("typed-stack")
     store, snapshot = _feature_repo(root / "feature_repo")
@@ -187,18 +186,8 @@ def typed_stack(
     model_repo = root / "model_repo"
     for name in models:
         export_model(ExportRequest(f"models:/{name}@champion", model_repo))
-    triton = TritonServer(
-        model_repo,
-        runtime=triton_runtime,
-        model_control_mode="explicit",
-        load_models=[p.name for p in model_repo.iterdir() if p.is_dir()],
-        log_path=root / "tritonserver.log",
-    )
-    triton.start(timeout=180)
-    try:
+    with servers.serving(model_repo, triton_runtime, root / "tritonserver.log") as triton:
         yield TypedStack(root / "feature_repo", store, models, triton)
-    finally:
-        triton.stop()
 
 
 def typed_env(stack: TypedStack, **extra: str) -> dict[str, str]:

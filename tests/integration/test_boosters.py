@@ -13,6 +13,7 @@ import pytest
 
 from builder.export import ExportRequest, export_model
 from builder.runtime.server import TritonServer
+from tests import servers
 from tests.unit.test_boosters import Trained, new_rows, train_catboost, train_lgb_booster, train_xgb_booster
 
 pytestmark = pytest.mark.integration
@@ -32,16 +33,10 @@ def served(
     trained = {name: train(name) for name, train in TRAIN.items()}
     for name in trained:
         export_model(ExportRequest(f"models:/{name}@champion", repo))
-    server = TritonServer(
-        repo,
-        runtime=triton_runtime,
-        model_control_mode="explicit",
-        load_models=list(trained),
-        log_path=tmp_path_factory.mktemp("triton-boosters-log") / "tritonserver.log",
-    )
-    server.start(timeout=180)
-    yield server, trained
-    server.stop()
+    with servers.serving(
+        repo, triton_runtime, tmp_path_factory.mktemp("triton-log") / "triton.log"
+    ) as server:
+        yield server, trained
 
 
 def infer(server: TritonServer, protocol: str, model: str, x: np.ndarray, outputs: list[str]) -> dict:

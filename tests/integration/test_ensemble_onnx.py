@@ -16,7 +16,7 @@ import pytest
 
 from builder.ensemble_models import transforms
 from builder.runtime.server import TritonServer
-from tests import models
+from tests import models, servers
 
 pytestmark = pytest.mark.integration
 
@@ -51,17 +51,8 @@ def served(
         args = ["export", f"models:/{name}@champion", "--repo", str(repo), "--ensemble"]
         cli = builder(*args, "--ensemble-mode", mode)
         assert cli.returncode == 0, cli.stderr
-    names = [p.name for p in repo.iterdir() if p.is_dir()]
-    server = TritonServer(
-        repo,
-        runtime=triton_runtime,
-        model_control_mode="explicit",
-        load_models=names,
-        log_path=root / "tritonserver.log",
-    )
-    server.start(timeout=180)
-    yield server, repo, registered
-    server.stop()
+    with servers.serving(repo, triton_runtime, root / "tritonserver.log") as server:
+        yield server, repo, registered
 
 
 def raw_rows(reg: models.Registered) -> np.ndarray:

@@ -19,7 +19,7 @@ import pytest
 from builder.ensemble_models import transforms
 from builder.export import ExportRequest, export_model
 from builder.runtime.server import TritonServer
-from tests import models
+from tests import models, servers
 
 pytestmark = pytest.mark.integration
 
@@ -64,17 +64,8 @@ def triton(
     exported: dict[str, Any], triton_runtime: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TritonServer]:
     log = tmp_path_factory.mktemp("triton-log") / "tritonserver.log"
-    names = [p.name for p in exported["repo"].iterdir() if p.is_dir()]
-    server = TritonServer(
-        exported["repo"],
-        runtime=triton_runtime,
-        model_control_mode="explicit",
-        load_models=names,
-        log_path=log,
-    )
-    server.start(timeout=180)
-    yield server
-    server.stop()
+    with servers.serving(exported["repo"], triton_runtime, log) as server:
+        yield server
 
 
 def rows(reg: models.Registered, n: int = 16) -> np.ndarray:

@@ -20,7 +20,7 @@ import pytest
 
 from builder.export import ExportRequest, export_model
 from builder.runtime.server import TritonServer
-from tests import typed_models
+from tests import servers, typed_models
 from tests.typed_models import Typed
 
 pytestmark = pytest.mark.integration
@@ -61,16 +61,9 @@ def typed(mlflow_registry: str, tmp_path_factory: pytest.TempPathFactory) -> dic
 def triton(
     typed: dict[str, Any], triton_runtime: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TritonServer]:
-    server = TritonServer(
-        typed["repo"],
-        runtime=triton_runtime,
-        model_control_mode="explicit",
-        load_models=list(typed["models"]),
-        log_path=tmp_path_factory.mktemp("typed-log") / "tritonserver.log",
-    )
-    server.start(timeout=240)
-    yield server
-    server.stop()
+    log = tmp_path_factory.mktemp("typed-log") / "tritonserver.log"
+    with servers.serving(typed["repo"], triton_runtime, log, timeout=240) as server:
+        yield server
 
 
 def served_facts(server: TritonServer, model: str) -> dict[str, Any]:
