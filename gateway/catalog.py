@@ -76,6 +76,9 @@ class ModelSpec:
     # Rows one Triton call may carry (the config's max_batch_size); 0: the model has no batch
     # axis and takes its tensors whole, so one call carries any number of rows.
     max_batch_size: int = 0
+    # The version's reference statistics (config parameter drift.reference, docs/drift.md) as
+    # JSON text; None when the export had none, and drift is off for this version.
+    drift_reference: str | None = None
 
     # Derived views, computed once per spec: they are read for every row on the hot path.
     @cached_property
@@ -183,6 +186,7 @@ def spec_from_config(
         decision_threshold=threshold,
         legacy=legacy,
         max_batch_size=_max_batch_size(name, config),
+        drift_reference=params.get("drift.reference") or None,
     )
 
 

@@ -37,6 +37,7 @@ from gateway.errors import (
     Unavailable,
 )
 from gateway.features import OnlineFeatures, age_seconds
+from gateway.observe import Observation, Observer, notify
 from gateway.request import PredictRequest, validate
 from gateway.responses import PredictResult, predictions
 from gateway.settings import GatewaySettings
@@ -48,10 +49,17 @@ __all__ = ["PredictResult", "Predictor", "assemble_input"]
 class Predictor:
     """Resolves models once (cached ModelSpec) and serves predictions."""
 
-    def __init__(self, settings: GatewaySettings, triton: TritonClient, features: OnlineFeatures) -> None:
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        triton: TritonClient,
+        features: OnlineFeatures,
+        observers: tuple[Observer, ...] = (),
+    ) -> None:
         self.settings = settings
         self.triton = triton
         self.features = features
+        self.observers = observers  # told about every served batch (gateway/observe.py)
         self._specs: dict[str, tuple[ModelSpec, float]] = {}
         self._batchers: dict[ModelSpec, Batcher] = {}
         self._lock = asyncio.Lock()
@@ -172,6 +180,10 @@ class Predictor:
                     feature_age_s=age_seconds(oldest[part]),
                 )
             )
+        if self.observers:
+            entities = [entity_rows[i] for i in rows] if len(rows) < len(entity_rows) else entity_rows
+            seen = Observation(spec, ran or spec.version, inputs, scored, entities)
+            asyncio.get_running_loop().call_soon(notify, self.observers, seen)
 
     async def _infer(
         self, spec: ModelSpec, inputs: dict[str, np.ndarray]

@@ -21,3 +21,6 @@ TRITON_SECONDS = Histogram(
 )
 ERRORS = Counter("gateway_errors_total", "Errors by cause", ["cause"])
 IN_FLIGHT = Gauge("gateway_requests_in_flight", "Requests being served")
+OBSERVER_ERRORS = Counter(
+    "gateway_observer_errors_total", "Watchers (drift, payload log) that raised on a batch", ["observer"]
+)
