@@ -1,4 +1,4 @@
-"""The ``gateway`` command: ``gateway serve`` and ``gateway skew-check``."""
+"""The ``gateway`` command: ``gateway serve``, ``gateway skew-check`` and ``gateway drift``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 console = Console(stderr=True, highlight=False)
+
+from gateway.drift.cli import drift_app  # noqa: E402  (the sub-apps register on the app above)
+from gateway.payload_log.cli import report  # noqa: E402
+
+drift_app.command("report")(report)
+app.add_typer(drift_app, name="drift")
 
 ModelOpt = Annotated[list[str] | None, typer.Option("--model", help="Model(s) served; /readyz checks them")]
 

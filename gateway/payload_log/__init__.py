@@ -1,0 +1,1 @@
+"""The payload log: sampled feature rows and predictions, written asynchronously as Parquet."""
