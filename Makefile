@@ -11,7 +11,7 @@ VENV_STAMP := $(VENV)/.installed-$(LOCK_HASH)
 export BUILDER_RUNTIME_DIR ?= $(CURDIR)/.runtime
 PYTEST_ARGS ?=
 
-.PHONY: setup venv runtime redis test demo bench gpu-check lint image clean help
+.PHONY: setup venv runtime redis wrk test demo bench gpu-check lint image clean help
 
 help:
 	@echo "make demo   - set up, then train -> register -> export -> serve -> predict"
@@ -43,13 +43,19 @@ redis:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
 	  else echo "redis-server is missing: sudo apt-get install redis-server (Debian/Ubuntu) or brew install redis" >&2; exit 1; fi; }
 
+# make bench's peer comparison (f) drives Triton and MLServer with wrk (Debian package wrk).
+wrk:
+	@command -v wrk >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq wrk >/dev/null; \
+	  else echo "wrk is missing: sudo apt-get install wrk (Debian/Ubuntu) or brew install wrk" >&2; exit 1; fi; }
+
 test: setup lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 demo: setup
 	$(BIN)/python demo/run_demo.py
 
-bench: setup
+bench: setup wrk
 	$(BIN)/python benchmarks/run.py
 
 # On a machine with an NVIDIA GPU and a route to https://pypi.nvidia.com (TensorRT's libraries

@@ -106,6 +106,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += gpu_markdown(report["gpu_routes"])
     if "ensemble" in report:
         lines += ensemble_markdown(report["ensemble"])
+    if "peer" in report:
+        lines += peer_markdown(report["peer"])
     return "\n".join(lines)
 
 
@@ -391,6 +393,47 @@ def ensemble_markdown(e: dict[str, Any]) -> list[str]:
     lines += ["", f"- Checked before timing (max abs error in probabilities): {errors}."]
     lines += [*(f"- {n}" for n in e["notes"]), ""]
     return lines
+
+
+def peer_markdown(f: dict[str, Any]) -> list[str]:
+    """Part (f): the builder's default export on Triton against MLServer, same model, same wrk."""
+    s = f["settings"]
+    t = s["triton_config"]
+    lines = [
+        "## (f) The peer to beat: MLServer vs Triton on the same scikit-learn model",
+        "",
+        f"Model: {s['model']}. Triton: the builder's default config (max_batch_size {t['max_batch_size']}, "
+        f"max_queue_delay_us {t['max_queue_delay_us']}, {t['instances']} instance). {s['mlserver']}. "
+        f"Load: {s['load_generator']}; {s['duration_s']:g} s per point after {s['warmup_s']:g} s warm-up.",
+        "",
+    ]
+    rows = [
+        [
+            f"{p['server']} ({p['config']})",
+            str(p["concurrency"]),
+            f"{p['throughput_rps']:,.0f}",
+            _ms(p["p50_ms"]),
+            _ms(p["p99_ms"]),
+        ]
+        for p in f["points"]
+    ]
+    lines += _table(["server", "concurrency", "req/s", "p50 ms", "p99 ms"], rows)
+    lines.append("")
+    cmp_rows = [
+        [
+            str(c["concurrency"]),
+            f"{c['p50_ratio']:.2f}×",
+            f"{c['throughput_ratio']:.2f}×",
+            c.get("goal", ""),
+            ("met" if c["met"] else "missed") if "met" in c else "",
+        ]
+        for c in f["comparison"]
+    ]
+    lines += _table(
+        ["concurrency", "Triton p50 / MLServer best", "Triton req/s / MLServer best", "goal", "verdict"],
+        cmp_rows,
+    )
+    return [*lines, ""]
 
 
 def _rounded(value: Any) -> Any:

@@ -17,7 +17,9 @@ What it does, start to finish, in a throwaway MLflow registry and model reposito
    route is measured and the others say why);
 7. (e) what an ensemble costs: the bare model against its ``steps`` and ``fused`` ensembles on
    the same raw rows (``ensemble_bench.py``);
-8. prints a markdown table and writes ``benchmarks/results/<UTC timestamp>.json`` and
+8. (f) the peer to beat: MLServer on the same scikit-learn model against the builder's default
+   export on Triton, both over HTTP under ``wrk`` (``peer_bench.py``; MLServer in its own venv);
+9. prints a markdown table and writes ``benchmarks/results/<UTC timestamp>.json`` and
    ``benchmarks/results/latest.md`` (and ``gateway-profile.txt``).
 
 Run: ``make bench`` or ``.venv/bin/python benchmarks/run.py [--duration 6 --only gateway ...]``.
@@ -45,7 +47,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import ensemble_bench, gateway_bench, gpu_routes, loadgen, report  # noqa: E402
+from benchmarks import ensemble_bench, gateway_bench, gpu_routes, loadgen, peer_bench, report  # noqa: E402
 
 _VERSIONED = ("mlflow", "scikit-learn", "onnxruntime", "tritonclient", "grpcio", "numpy")
 MODEL = "fraud"
@@ -68,8 +70,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "benchmarks" / "results")
     parser.add_argument(
         "--only",
-        choices=("triton", "gateway", "gpu", "ensemble"),
-        help="run one part: (a)+(b), (c), (d) or (e)",
+        choices=("triton", "gateway", "gpu", "ensemble", "peer"),
+        help="run one part: (a)+(b), (c), (d), (e) or (f)",
     )
     gateway_bench.add_arguments(parser)
     gpu_routes.add_arguments(parser)
@@ -263,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gateway_bench.GatewayBenchError,
         gpu_routes.GpuBenchError,
         ensemble_bench.EnsembleBenchError,
+        peer_bench.PeerBenchError,
     ) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1
@@ -288,6 +291,8 @@ def run(args: argparse.Namespace) -> int:
             result["gpu_routes"] = gpu_routes.run(args, root / "gpu", say)
         if args.only in (None, "ensemble"):
             result["ensemble"] = ensemble_bench.run(args, runtime, root / "ensemble", say)
+        if args.only in (None, "peer"):
+            result["peer"] = peer_bench.run(args, runtime, root / "peer", say)
     version = (
         result.pop("triton_version", None)
         or result.get("gateway", {}).get("triton_version")
