@@ -58,6 +58,14 @@ def test_bare_defaults_ask_for_a_model_repository(chart: Chart) -> None:
         ({"triton": {"gpu": {"enable": True}}}, "enable"),  # a typo must not pass silently
         ({"triton": {"env": {"LANG": 8}}}, "/triton/env/LANG"),
         ({"triton": {"env": {"LC ALL": "C.UTF-8"}}}, "LC ALL"),
+        (
+            {"monitoring": {"prometheusRule": {"alerts": {"modelDrift": {"for": "30 minutes"}}}}},
+            "/monitoring/prometheusRule/alerts/modelDrift/for",
+        ),
+        (
+            {"monitoring": {"prometheusRule": {"alerts": {"gatewayErrors": {"ratio": 5}}}}},
+            "/monitoring/prometheusRule/alerts/gatewayErrors/ratio",
+        ),
     ],
     ids=[
         "wrong-type",
@@ -67,6 +75,8 @@ def test_bare_defaults_ask_for_a_model_repository(chart: Chart) -> None:
         "unknown-key",
         "env-number",
         "env-name",
+        "alert-duration",
+        "error-ratio-over-one",
     ],
 )
 def test_wrong_values_fail_against_the_schema(chart: Chart, overrides: dict[str, Any], field: str) -> None:
