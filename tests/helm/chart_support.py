@@ -66,7 +66,12 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "monitoring-off": {
         "triton": {"mode": "kserve"},
         "modelRepository": {"storageUri": S3_URI},
-        "monitoring": {"serviceMonitors": {"enabled": False}},
+        # no Prometheus Operator, no Grafana: none of their objects
+        "monitoring": {
+            "serviceMonitors": {"enabled": False},
+            "prometheusRule": {"enabled": False},
+            "dashboard": {"enabled": False},
+        },
     },
     "redis-external": {
         "triton": {"mode": "deployment"},

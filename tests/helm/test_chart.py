@@ -58,6 +58,14 @@ def test_bare_defaults_ask_for_a_model_repository(chart: Chart) -> None:
         ({"triton": {"gpu": {"enable": True}}}, "enable"),  # a typo must not pass silently
         ({"triton": {"env": {"LANG": 8}}}, "/triton/env/LANG"),
         ({"triton": {"env": {"LC ALL": "C.UTF-8"}}}, "LC ALL"),
+        (
+            {"monitoring": {"prometheusRule": {"alerts": {"modelDrift": {"for": "30 minutes"}}}}},
+            "/monitoring/prometheusRule/alerts/modelDrift/for",
+        ),
+        (
+            {"monitoring": {"prometheusRule": {"alerts": {"gatewayErrors": {"ratio": 5}}}}},
+            "/monitoring/prometheusRule/alerts/gatewayErrors/ratio",
+        ),
     ],
     ids=[
         "wrong-type",
@@ -67,6 +75,8 @@ def test_bare_defaults_ask_for_a_model_repository(chart: Chart) -> None:
         "unknown-key",
         "env-number",
         "env-name",
+        "alert-duration",
+        "error-ratio-over-one",
     ],
 )
 def test_wrong_values_fail_against_the_schema(chart: Chart, overrides: dict[str, Any], field: str) -> None:
@@ -127,8 +137,8 @@ def test_every_object_passes_its_api_schema(release: Release) -> None:
         where = f"{obj['kind']}/{obj['metadata']['name']}"
         if obj["kind"] in ("InferenceService", "ServingRuntime"):
             errors += [f"{where}: {e}" for e in crd_errors(obj)]
-        elif obj["kind"] == "ServiceMonitor":
-            continue  # Prometheus Operator CRD: checked field by field below
+        elif obj["kind"] in ("ServiceMonitor", "PrometheusRule"):
+            continue  # Prometheus Operator CRDs: test_wiring.py and test_monitoring.py check them
         else:
             try:
                 kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
@@ -144,7 +154,7 @@ def test_every_object_carries_the_standard_labels(release: Release, chart: Chart
         assert labels["app.kubernetes.io/name"] == chart.name
         assert labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["helm.sh/chart"] == f"{chart.name}-{chart.version}"
-        assert labels[COMPONENT] in {"triton", "gateway", "redis"}
+        assert labels[COMPONENT] in {"triton", "gateway", "redis", "monitoring"}
         assert labels["app.kubernetes.io/version"]
         assert all(LABEL_VALUE.match(v) and len(v) <= 63 for v in labels.values()), labels
     # The version label tells which image runs: the component's own tag.

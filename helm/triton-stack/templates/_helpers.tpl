@@ -382,3 +382,36 @@ model:
 {{- define "triton-stack.kserve.knative" -}}
 {{- has .Values.kserve.deploymentMode (list "Serverless" "Knative") }}
 {{- end }}
+
+{{/* The Service Prometheus scrapes Triton through: its own in deployment mode, a headless one in kserve mode. */}}
+{{- define "triton-stack.triton.metricsService" -}}
+{{- if eq .Values.triton.mode "kserve" }}
+{{- printf "%s-metrics" (include "triton-stack.triton.name" .) }}
+{{- else }}
+{{- include "triton-stack.triton.name" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Monitoring objects (PrometheusRule, dashboard ConfigMap) belong to no workload: component
+"monitoring", versioned with the chart that ships them.
+*/}}
+{{- define "triton-stack.monitoring.labels" -}}
+{{- include "triton-stack.labels" (dict "ctx" . "component" "monitoring" "version" .Chart.Version) }}
+{{- end }}
+
+{{/*
+PromQL label matchers for one component's series: the user's, else the release namespace and the
+job Prometheus Operator gives a ServiceMonitor target (the Service name). Call with
+(dict "ctx" $ "component" "gateway").
+*/}}
+{{- define "triton-stack.monitoring.selector" -}}
+{{- $c := .ctx }}
+{{- $user := get $c.Values.monitoring.prometheusRule.selectors .component }}
+{{- if $user }}
+{{- $user }}
+{{- else }}
+{{- $service := ternary (include "triton-stack.gateway.name" $c) (include "triton-stack.triton.metricsService" $c) (eq .component "gateway") }}
+{{- printf "namespace=%q, job=%q" $c.Release.Namespace $service }}
+{{- end }}
+{{- end }}

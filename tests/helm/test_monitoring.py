@@ -1,0 +1,409 @@
+"""The chart's alerts (PrometheusRule) and Grafana dashboard (ConfigMap): the rule has the shape
+Prometheus Operator's CRD accepts, every PromQL expression parses (promql-parser, the Rust
+PromQL parser), reads only metrics the stack exports and only this release's series, and the
+thresholds and durations are the values'; the dashboard is JSON Grafana's sidecar picks up, with
+a datasource on every panel and queries of the same kind.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+from functools import cache
+from typing import Any
+
+import promql_parser
+import yaml
+from helm_python import Chart
+from prometheus_client.metrics import MetricWrapperBase
+
+from builder.release import schema as crd_schema
+from tests.helm.chart_support import (
+    ALL_SETS,
+    CHART_DIR,
+    COMPONENT,
+    NAMESPACE,
+    REPO_ROOT,
+    VALUE_SETS,
+    Release,
+    on,
+    render,
+    subset,
+)
+
+BASE = {"modelRepository": {"pvc": {"claimName": "triton-models"}}}
+
+# --- what the stack exports ---------------------------------------------------------------------
+
+# Every metric family Triton 2.51 (NGC 24.10, the chart's image) serves on :8002 for a loaded model
+# on CPU, as its embedded server listed them; the GPU families (nv_gpu_*) come only with a GPU, and
+# the dashboard reads GPU use from DCGM instead.
+TRITON_METRICS = {
+    "nv_inference_request_success",
+    "nv_inference_request_failure",
+    "nv_inference_count",
+    "nv_inference_exec_count",
+    "nv_inference_request_duration_us",
+    "nv_inference_queue_duration_us",
+    "nv_inference_compute_input_duration_us",
+    "nv_inference_compute_infer_duration_us",
+    "nv_inference_compute_output_duration_us",
+    "nv_inference_pending_request_count",
+    "nv_cpu_utilization",
+    "nv_cpu_memory_total_bytes",
+    "nv_cpu_memory_used_bytes",
+}
+# NVIDIA dcgm-exporter's field names (DCGM_FI_DEV_GPU_UTIL, ...).
+DCGM_METRIC = re.compile(r"^DCGM_FI_[A-Z0-9_]+$")
+_SAMPLE_SUFFIXES = {
+    "counter": ("_total",),
+    "histogram": ("_bucket", "_count", "_sum"),
+    "gauge": ("",),
+}
+
+
+@cache
+def gateway_metrics() -> frozenset[str]:
+    """Series names the gateway exports: gateway/metrics.py's collectors, and the drift metrics
+    docs/drift.md section 2 fixes (the table is the contract the drift code implements)."""
+    import gateway.metrics
+
+    names: set[str] = set()
+    for collector in vars(gateway.metrics).values():
+        if isinstance(collector, MetricWrapperBase):
+            for family in collector.describe():
+                names |= {family.name + s for s in _SAMPLE_SUFFIXES[family.type]}
+    doc = (REPO_ROOT / "docs" / "drift.md").read_text()
+    section = doc.split("## 2.", 1)[1].split("\n## ", 1)[0]
+    table = re.findall(r"^\| `(gateway_\w+)` \| (counter|gauge) \|", section, re.MULTILINE)
+    assert len(table) >= 5, "docs/drift.md section 2 lists the drift metrics"
+    return frozenset(names | {name for name, _ in table})
+
+
+def unknown_metrics(names: set[str]) -> set[str]:
+    known = gateway_metrics() | TRITON_METRICS
+    return {n for n in names if n not in known and not DCGM_METRIC.match(n)}
+
+
+def gateway_error_causes() -> set[str]:
+    """Every `cause` the gateway's code can put on gateway_errors_total."""
+    source = "\n".join(p.read_text() for p in (REPO_ROOT / "gateway").glob("*.py"))
+    return set(re.findall(r"""\bcause\s*=\s*"(\w+)\"""", source))
+
+
+# --- reading PromQL -----------------------------------------------------------------------------
+
+
+def selectors(expr: promql_parser.Expr) -> list[promql_parser.VectorSelector]:
+    found: list[promql_parser.VectorSelector] = []
+
+    def visit(node: promql_parser.Expr) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            found.append(node)
+
+    promql_parser.walk(expr, visit)
+    return found
+
+
+def comparisons(expr: promql_parser.Expr, op: str) -> list[float]:
+    """The constants an expression compares against with `op` (`>`, `>=`)."""
+    found: list[float] = []
+
+    def visit(node: promql_parser.Expr) -> None:
+        if (
+            isinstance(node, promql_parser.BinaryExpr)
+            and str(node.op) == op
+            and isinstance(node.rhs, promql_parser.NumberLiteral)
+        ):
+            found.append(node.rhs.val)
+
+    promql_parser.walk(expr, visit)
+    return found
+
+
+def ranges(expr: promql_parser.Expr) -> set[timedelta]:
+    """The ranges of every range vector (rate(x[5m]) -> 5 minutes)."""
+    found: set[timedelta] = set()
+
+    def visit(node: promql_parser.Expr) -> None:
+        if isinstance(node, promql_parser.MatrixSelector):
+            found.add(node.range)
+
+    promql_parser.walk(expr, visit)
+    return found
+
+
+def matchers(selector: promql_parser.VectorSelector) -> dict[str, tuple[str, str]]:
+    return {m.name: (str(m.op), m.value) for m in selector.matchers.matchers}
+
+
+# --- the PrometheusRule -------------------------------------------------------------------------
+
+# The structure of Prometheus Operator's monitoring.coreos.com/v1 PrometheusRule (its CRD's
+# openAPIV3Schema, restated: groups of alerting/recording rules, durations in Prometheus' form);
+# crd_schema.problems also reports any field the schema does not declare, which the API server
+# would prune.
+_DURATION = {
+    "type": "string",
+    "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
+}
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+PROMETHEUS_RULE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["spec"],
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PrometheusRule"},
+        "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "interval": _DURATION,
+                            "query_offset": _DURATION,
+                            "limit": {"type": "integer"},
+                            "labels": _STRINGS,
+                            "partial_response_strategy": {"type": "string"},
+                            "rules": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["expr"],
+                                    "properties": {
+                                        "alert": {"type": "string"},
+                                        "record": {"type": "string"},
+                                        "expr": {"anyOf": [{"type": "integer"}, {"type": "string"}]},
+                                        "for": _DURATION,
+                                        "keep_firing_for": {**_DURATION, "minLength": 1},
+                                        "labels": _STRINGS,
+                                        "annotations": _STRINGS,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        },
+    },
+}
+
+# alert name -> its key under monitoring.prometheusRule.alerts, and the value its expr compares with
+ALERTS = {
+    "TritonStackModelDrift": ("modelDrift", "psi"),
+    "TritonStackModelDriftWarning": ("modelDriftWarning", "psi"),
+    "TritonStackGatewayLatencyHigh": ("gatewayLatency", "p99Seconds"),
+    "TritonStackGatewayErrorRateHigh": ("gatewayErrors", "ratio"),
+    "TritonStackTritonQueueTimeHigh": ("tritonQueue", "seconds"),
+}
+ALERT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def alerting_rules(release: Release) -> dict[str, dict[str, Any]]:
+    (rule,) = release.all("PrometheusRule")
+    problems = crd_schema.problems(rule, PROMETHEUS_RULE_SCHEMA)
+    assert problems == [], problems
+    names = [g["name"] for g in rule["spec"]["groups"]]
+    assert len(set(names)) == len(names), names  # the CRD's list-map key
+    found = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert sum(len(g["rules"]) for g in rule["spec"]["groups"]) == len(found)
+    return found
+
+
+def check_alerts(release: Release, values: dict[str, Any]) -> dict[str, promql_parser.Expr]:
+    """Every alert the values enable, as configured; returns the parsed expressions."""
+    config = values["monitoring"]["prometheusRule"]
+    rules = alerting_rules(release)
+    enabled = {name for name, (key, _) in ALERTS.items() if config["alerts"][key]["enabled"]}
+    assert set(rules) == enabled
+    parsed = {}
+    for name, rule in rules.items():
+        key, threshold = ALERTS[name]
+        alert = config["alerts"][key]
+        assert ALERT_NAME.match(name)
+        expr = parsed[name] = promql_parser.parse(rule["expr"])  # ValueError on bad syntax
+        used = {s.name for s in selectors(expr) if s.name}
+        assert used and unknown_metrics(used) == set(), (name, used)
+        assert comparisons(expr, ">") == [alert[threshold]], (name, rule["expr"])
+        assert rule["for"] == alert["for"]
+        assert rule["labels"] == {"severity": alert["severity"], **config["alertLabels"]}
+        assert rule["annotations"]["summary"] and rule["annotations"]["description"]
+        assert ranges(expr) <= {promql_parser.parse_duration(config["rateWindow"])}
+    return parsed
+
+
+@on(*ALL_SETS)
+def test_the_rule_has_every_alert_with_parsing_promql_on_this_releases_series(release: Release) -> None:
+    monitoring = release.values["monitoring"]
+    if not monitoring["prometheusRule"]["enabled"]:
+        assert release.all("PrometheusRule") == []
+        return
+    parsed = check_alerts(release, release.values)
+    # The drift alerts give a verdict only where the gateway has enough rows (status >= 0).
+    assert comparisons(parsed["TritonStackModelDrift"], ">=") == [0]
+    # Each selector names this release's namespace and a job a ServiceMonitor of the chart
+    # produces: Prometheus Operator's job label is the scraped Service's name.
+    scraped = {
+        service["metadata"]["name"]: service["metadata"]["labels"][COMPONENT]
+        for monitor in release.all("ServiceMonitor")
+        for service in release.all("Service")
+        if subset(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+    }
+    for name, expr in parsed.items():
+        for selector in selectors(expr):
+            labels = matchers(selector)
+            assert labels["namespace"] == ("MatchOp.Equal", NAMESPACE), (name, str(selector))
+            op, job = labels["job"]
+            assert op == "MatchOp.Equal"
+            component = "triton" if (selector.name or "").startswith("nv_") else "gateway"
+            if monitoring["serviceMonitors"]["enabled"]:
+                assert scraped.get(job) == component, (name, job, scraped)
+
+
+def test_alert_values_change_the_rules(chart: Chart) -> None:
+    overrides = {
+        **BASE,
+        "monitoring": {
+            "prometheusRule": {
+                "alertLabels": {"team": "ml-platform"},
+                "runbookBaseUrl": "https://runbooks.example.com/triton-stack",
+                "selectors": {"gateway": 'app="fraud-gateway"', "triton": 'cluster="eu-1", app="triton"'},
+                "rateWindow": "2m",
+                "alerts": {
+                    "modelDrift": {"psi": 0.35, "for": "2h", "severity": "critical"},
+                    "modelDriftWarning": {"enabled": False},
+                    "gatewayLatency": {"p99Seconds": 0.1},
+                    "gatewayErrors": {"ratio": 0.05, "causes": ["triton_unavailable"]},
+                    "tritonQueue": {"seconds": 0.002, "for": "15m"},
+                },
+            }
+        },
+    }
+    release = render(chart, "custom-alerts", overrides)
+    parsed = check_alerts(release, release.values)
+    assert "TritonStackModelDriftWarning" not in parsed
+    rules = alerting_rules(release)
+    for name, expr in parsed.items():
+        for selector in selectors(expr):
+            labels = matchers(selector)
+            assert "job" not in labels and "namespace" not in labels  # the user's matchers only
+            if (selector.name or "").startswith("nv_"):
+                assert labels["cluster"] == ("MatchOp.Equal", "eu-1") and labels["app"][1] == "triton"
+            else:
+                assert labels["app"] == ("MatchOp.Equal", "fraud-gateway")
+        runbook = rules[name]["annotations"]["runbook_url"]
+        assert runbook == f"https://runbooks.example.com/triton-stack#{name.lower()}"
+    assert ranges(parsed["TritonStackTritonQueueTimeHigh"]) == {timedelta(minutes=2)}
+    error_rate = parsed["TritonStackGatewayErrorRateHigh"]
+    errors = [s for s in selectors(error_rate) if s.name == "gateway_errors_total"]
+    assert [matchers(s)["cause"] for s in errors] == [("MatchOp.Re", "triton_unavailable")]
+
+
+def test_the_default_error_causes_are_ones_the_gateway_raises(chart: Chart) -> None:
+    causes = chart.merge_values(VALUE_SETS["deployment-pvc"])["monitoring"]["prometheusRule"]["alerts"][
+        "gatewayErrors"
+    ]["causes"]
+    assert set(causes) <= gateway_error_causes(), set(causes) - gateway_error_causes()
+    # a caller's mistake is not the stack's error
+    assert not {"bad_request", "invalid_input", "unauthenticated", "unknown_entity"} & set(causes)
+
+
+# --- the dashboard ------------------------------------------------------------------------------
+
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
+# What the dashboard must show (issue 11): gateway latency, feature fetch, Triton call, errors,
+# drift per feature, Triton queue vs compute time and batch size, GPU utilization.
+DASHBOARD_READS = {
+    "gateway_request_seconds_bucket",
+    "gateway_feature_fetch_seconds_bucket",
+    "gateway_triton_seconds_bucket",
+    "gateway_errors_total",
+    "gateway_drift_psi",
+    "nv_inference_queue_duration_us",
+    "nv_inference_compute_infer_duration_us",
+    "nv_inference_count",
+    "nv_inference_exec_count",
+    "DCGM_FI_DEV_GPU_UTIL",
+}
+_GRAFANA_BUILTIN = re.compile(r"\$\{?__\w+\}?")  # $__rate_interval, $__interval, ${__range}
+_GRAFANA_VARIABLE = re.compile(r"\$\{?(\w+)")
+
+
+def check_dashboard(dashboard: dict[str, Any]) -> set[str]:
+    """Assert what Grafana needs of each panel; returns the metric names the panels read."""
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for variable in variables.values():
+        if variable["type"] == "query":
+            assert variable["datasource"] == DATASOURCE
+            promql_parser.parse(re.sub(r"^label_values\((.*),\s*\w+\)$", r"\1", variable["query"]["query"]))
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    read: set[str] = set()
+    for panel in panels:
+        assert panel["datasource"] == DATASOURCE, panel["title"]
+        assert panel["gridPos"]["x"] >= 0 and panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"] == DATASOURCE, panel["title"]
+            expr = target["expr"]
+            used_variables = set(_GRAFANA_VARIABLE.findall(_GRAFANA_BUILTIN.sub("", expr)))
+            assert used_variables <= set(variables), (panel["title"], used_variables)
+            # Grafana substitutes its interval variables before Prometheus sees the query.
+            parsed = promql_parser.parse(_GRAFANA_BUILTIN.sub("5m", expr))
+            names = {s.name for s in selectors(parsed) if s.name}
+            assert names and unknown_metrics(names) == set(), (panel["title"], names)
+            read |= names
+    return read
+
+
+def dashboard_of(release: Release) -> dict[str, Any]:
+    (config_map,) = release.all("ConfigMap", "monitoring")
+    settings = release.values["monitoring"]["dashboard"]
+    assert config_map["metadata"]["labels"][settings["labelKey"]] == settings["labelValue"]
+    (text,) = config_map["data"].values()
+    dashboard: dict[str, Any] = json.loads(text)
+    return dashboard
+
+
+@on(*ALL_SETS)
+def test_the_dashboard_reaches_the_sidecar_with_valid_panels(release: Release) -> None:
+    if not release.values["monitoring"]["dashboard"]["enabled"]:
+        assert release.all("ConfigMap", "monitoring") == []
+        return
+    dashboard = dashboard_of(release)
+    read = check_dashboard(dashboard)
+    assert read >= DASHBOARD_READS, DASHBOARD_READS - read
+    assert len(dashboard["uid"]) <= 40  # Grafana's limit
+
+
+def test_each_release_gets_its_own_dashboard_where_the_sidecar_looks(chart: Chart) -> None:
+    sidecar = {"namespace": "grafana", "labelKey": "dashboards", "labelValue": "ml"}
+    moved = render(chart, "moved", {**BASE, "monitoring": {"dashboard": sidecar}})
+    (config_map,) = moved.all("ConfigMap", "monitoring")
+    assert config_map["metadata"]["namespace"] == "grafana"
+    assert config_map["metadata"]["labels"]["dashboards"] == "ml"
+    assert "grafana_dashboard" not in config_map["metadata"]["labels"]
+    # Another release: Grafana keys dashboards by uid, the sidecar writes each data key as a file.
+    manifests = chart.render(BASE, name="second", namespace=NAMESPACE)
+    second = yaml.safe_load(manifests["triton-stack/templates/dashboard-configmap.yaml"])
+    (key,) = second["data"]
+    assert key not in config_map["data"]
+    assert json.loads(second["data"][key])["uid"] != dashboard_of(moved)["uid"]
+
+
+def test_the_configmap_carries_the_dashboard_file_under_the_chart(chart: Chart) -> None:
+    shipped = json.loads((CHART_DIR / "dashboards" / "triton-stack.json").read_text())
+    rendered = dashboard_of(render(chart, "deployment-pvc", VALUE_SETS["deployment-pvc"]))
+    # only the uid and the title are the release's own
+    assert {k: v for k, v in rendered.items() if k not in ("uid", "title")} == {
+        k: v for k, v in shipped.items() if k not in ("uid", "title")
+    }
