@@ -122,6 +122,19 @@ def _identity(request: ExportRequest, model: RegistryModel) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
+def ensemble_drift(drift: Drift, preprocess: dict[str, Any]) -> Drift:
+    """The ensemble's drift record. Its clients send the values *before* its preprocess step, and
+    the reference bins the model's own inputs (after it): the same bins only when the preprocess
+    changes nothing; otherwise drift is off for the ensemble rather than a false alarm."""
+    if drift.reference is None or not any(preprocess.get(k) is not None for k in ("impute", "mean", "scale")):
+        return drift
+    return Drift(
+        None,
+        "the ensemble's inputs are the values before its preprocess step, and the reference "
+        "describes the model's inputs after it",
+    )
+
+
 def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
     """The exported model's artifact, plus the ensemble's when asked."""
     from builder.feeds import example_digest
@@ -192,12 +205,16 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
         from builder.ensemble import FusedModel, ensemble_artifacts, fused_artifact, load_spec
 
         spec = load_spec(model, request.ensemble_spec, ctx.workdir)
+        ens_drift = ensemble_drift(drift, spec.preprocess)
+        ens_params = {k: v for k, v in params.items() if k != "drift.reference"}
+        if ens_drift.parameter() is not None:
+            ens_params["drift.reference"] = str(ens_drift.parameter())
         if request.ensemble_mode == "fused":
-            fused = FusedModel(ctx.name, graph, spec, options, params, warmup, artifacts[0].identity)
+            fused = FusedModel(ctx.name, graph, spec, options, ens_params, warmup, artifacts[0].identity)
             extra = [fused_artifact(fused)]
         else:
             extra = ensemble_artifacts(
-                ctx.name, inputs.tensors, outputs, spec, options, parameters=params, version=ctx.version
+                ctx.name, inputs.tensors, outputs, spec, options, parameters=ens_params, version=ctx.version
             )
         for art in extra:
             art.metadata.update(
@@ -206,8 +223,7 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
                     "ensemble_spec": spec.source,
                     "ensemble_mode": request.ensemble_mode,
                     "builder_version": __version__,
-                    # The ensemble serves the same columns, so it carries the reference too.
-                    **({"drift": metadata["drift"]} if art.name == f"{ctx.name}_ensemble" else {}),
+                    **({"drift": ens_drift.to_metadata()} if art.name == f"{ctx.name}_ensemble" else {}),
                 }
             )
         artifacts += extra
