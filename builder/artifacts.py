@@ -2,7 +2,8 @@
 
 The serving contract (docs/serving-contract.md) is written here, once, into both the config's
 ``parameters`` (for clients that only see Triton) and ``metadata.json`` (for tools that read
-the repository): input layout and columns, model kind, classes, output roles.
+the repository): input layout and columns, model kind, classes, output roles; and the drift
+reference beside it (docs/drift.md).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from builder.config import onnx_model_config
 from builder.convert.base import graph_tensors
 from builder.errors import UsageError
 from builder.kinds import ModelKind
+from builder.reference import Drift
 from builder.registry import RegistryModel, tracking_uri
 from builder.repository import ModelArtifact
 from builder.signature import ModelInputs
@@ -113,7 +115,24 @@ def _identity(request: ExportRequest, model: RegistryModel) -> str:
         # and this keeps the identities of ONNX-only exports what they always were.
         "formats": ["onnx"],
     }
+    if request.reference is not None:
+        # A reference file is not part of the run: another file is another export. (Without one,
+        # the run's own artifact is, and identities stay what they were before drift.)
+        key["reference_sha256"] = hashlib.sha256(request.reference.read_bytes()).hexdigest()
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+
+
+def ensemble_drift(drift: Drift, preprocess: dict[str, Any]) -> Drift:
+    """The ensemble's drift record. Its clients send the values *before* its preprocess step, and
+    the reference bins the model's own inputs (after it): the same bins only when the preprocess
+    changes nothing; otherwise drift is off for the ensemble rather than a false alarm."""
+    if drift.reference is None or not any(preprocess.get(k) is not None for k in ("impute", "mean", "scale")):
+        return drift
+    return Drift(
+        None,
+        "the ensemble's inputs are the values before its preprocess step, and the reference "
+        "describes the model's inputs after it",
+    )
 
 
 def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
@@ -129,6 +148,10 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
         )
     facts = serving_facts(model, inputs, ctx.model_kind, graph)
     params = serving_parameters(model, facts)
+    drift = ctx.drift or Drift(None, "not computed")
+    reference = drift.parameter()
+    if reference is not None:  # the gateway reads it from Triton with the serving contract
+        params["drift.reference"] = reference
     # Warm-up sends the first parity row (the input example's, when there is one).
     first = ctx.parity_feeds.head(1)
     warmup = {f"warmup/{t.name}": warmup_bytes(t, first[t.name]) for t in inputs.tensors}
@@ -160,6 +183,7 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
         "serving": facts,
         "input_example_sha256": example_digest(ctx.example) if ctx.example is not None else None,
         "parity": ctx.parity_report.to_dict(),
+        "drift": drift.to_metadata(),
         "onnx": {"opset": opset_of(graph), "sha256": hashlib.sha256(onnx_bytes).hexdigest()},
         # Run and version tags carry what serving needs to know from training, e.g. the Feast
         # feature service and ordered feature list; MLflow's own bookkeeping tags are left out.
@@ -181,12 +205,16 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
         from builder.ensemble import FusedModel, ensemble_artifacts, fused_artifact, load_spec
 
         spec = load_spec(model, request.ensemble_spec, ctx.workdir)
+        ens_drift = ensemble_drift(drift, spec.preprocess)
+        ens_params = {k: v for k, v in params.items() if k != "drift.reference"}
+        if ens_drift.parameter() is not None:
+            ens_params["drift.reference"] = str(ens_drift.parameter())
         if request.ensemble_mode == "fused":
-            fused = FusedModel(ctx.name, graph, spec, options, params, warmup, artifacts[0].identity)
+            fused = FusedModel(ctx.name, graph, spec, options, ens_params, warmup, artifacts[0].identity)
             extra = [fused_artifact(fused)]
         else:
             extra = ensemble_artifacts(
-                ctx.name, inputs.tensors, outputs, spec, options, parameters=params, version=ctx.version
+                ctx.name, inputs.tensors, outputs, spec, options, parameters=ens_params, version=ctx.version
             )
         for art in extra:
             art.metadata.update(
@@ -195,6 +223,7 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
                     "ensemble_spec": spec.source,
                     "ensemble_mode": request.ensemble_mode,
                     "builder_version": __version__,
+                    **({"drift": ens_drift.to_metadata()} if art.name == f"{ctx.name}_ensemble" else {}),
                 }
             )
         artifacts += extra
