@@ -180,22 +180,35 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
     if request.ensemble:
         from builder.ensemble import FusedModel, ensemble_artifacts, fused_artifact, load_spec
 
-        spec = load_spec(model, request.ensemble_spec, ctx.workdir)
+        # The run's own steps make the generated ones optional (a run may log only its own).
+        spec = load_spec(model, request.ensemble_spec, ctx.workdir, required=not ctx.user_steps)
         if request.ensemble_mode == "fused":
+            assert spec is not None  # ServingSteps refuses fused with user steps
             fused = FusedModel(ctx.name, graph, spec, options, params, warmup, artifacts[0].identity)
             extra = [fused_artifact(fused)]
         else:
             extra = ensemble_artifacts(
-                ctx.name, inputs.tensors, outputs, spec, options, parameters=params, version=ctx.version
+                ctx.name,
+                inputs.tensors,
+                outputs,
+                spec,
+                options,
+                parameters=params,
+                version=ctx.version,
+                user_steps=ctx.user_steps,
             )
         for art in extra:
             art.metadata.update(
                 {
                     "source": metadata["source"],
-                    "ensemble_spec": spec.source,
+                    "ensemble_spec": spec.source if spec is not None else None,
                     "ensemble_mode": request.ensemble_mode,
                     "builder_version": __version__,
                 }
             )
+        if ctx.user_steps:
+            extra[-1].metadata["user_steps"] = [
+                {"name": s.name, "position": s.position, "source": s.source} for s in ctx.user_steps
+            ]
         artifacts += extra
     return artifacts
