@@ -154,6 +154,15 @@ class ServingSteps(Step):
         if not ctx.user_steps:
             return "none (generated steps only)"
         names = ", ".join(f"{s.name} ({s.position})" for s in ctx.user_steps)
+        by_uri = [s for s in ctx.user_steps if s.model is not None]
+        if by_uri:
+            # The format takes them (docs/user-steps.md); their export, under the other model's
+            # own version inside this export's commit, is not built yet: refused before any work.
+            step, uri = by_uri[0], by_uri[0].model.raw if by_uri[0].model else ""
+            raise UsageError(
+                f"{step.label}: a registered-model step ({uri}) is not exported by this builder yet",
+                hint=f"export {uri} on its own, or log the step as a Python-backend model.py",
+            )
         if ctx.request.ensemble_mode == "fused":
             raise UsageError(
                 f"--ensemble-mode fused cannot fuse the run's serving step(s) {names}: "

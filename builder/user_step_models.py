@@ -57,6 +57,7 @@ def user_step_artifact(
     version ``version``) and its node in the ensemble."""
     if step.model is not None:
         raise UsageError(f"{step.label}: registered-model steps are not exported by this builder yet")
+    # (builder.steps.ServingSteps refuses them before any conversion work; this guards callers.)
     name = step_model_name(model, step)
     served = step_options(step, options)
     batched = served.max_batch_size > 0

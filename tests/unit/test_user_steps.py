@@ -234,3 +234,14 @@ def test_validate_names_the_broken_step_and_tensor(repo_dir: Path, edit: str) ->
     problems = _broken(repo_dir, edit)
     assert any(VALIDATE[edit] in p for p in problems), problems
     assert all("\n" not in p for p in problems)
+
+
+def test_a_registered_model_step_parses_but_is_not_exported_yet() -> None:
+    spec = {"position": "pre", "model": "models:/encoder@champion", "inputs": [{"name": "input"}]}
+    spec["outputs"] = [{"name": "embedding", "to": "input"}]
+    parsed = step("encode", spec, code=None)
+    assert parsed.model is not None and parsed.model.name == "encoder" and parsed.files == {}
+    with pytest.raises(UsageError, match="has both"):
+        step("encode", spec)
+    with pytest.raises(UsageError, match="registered-model steps are not exported"):
+        build([parsed])
