@@ -122,11 +122,21 @@ def _identity(request: ExportRequest, model: RegistryModel) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def ensemble_drift(drift: Drift, preprocess: dict[str, Any]) -> Drift:
+def ensemble_drift(drift: Drift, preprocess: dict[str, Any], user_steps: bool = False) -> Drift:
     """The ensemble's drift record. Its clients send the values *before* its preprocess step, and
     the reference bins the model's own inputs (after it): the same bins only when the preprocess
-    changes nothing; otherwise drift is off for the ensemble rather than a false alarm."""
-    if drift.reference is None or not any(preprocess.get(k) is not None for k in ("impute", "mean", "scale")):
+    changes nothing; otherwise drift is off for the ensemble rather than a false alarm. The run's
+    own steps (docs/user-steps.md) may change inputs or the prediction in ways the builder cannot
+    know, so an ensemble with any has drift off too."""
+    if drift.reference is None:
+        return drift
+    if user_steps:
+        return Drift(
+            None,
+            "the ensemble runs the run's own serving steps, which may change its inputs or "
+            "prediction: the model's reference does not describe them",
+        )
+    if not any(preprocess.get(k) is not None for k in ("impute", "mean", "scale")):
         return drift
     return Drift(
         None,
@@ -204,27 +214,40 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
     if request.ensemble:
         from builder.ensemble import FusedModel, ensemble_artifacts, fused_artifact, load_spec
 
-        spec = load_spec(model, request.ensemble_spec, ctx.workdir)
-        ens_drift = ensemble_drift(drift, spec.preprocess)
+        # The run's own steps make the generated ones optional (a run may log only its own).
+        spec = load_spec(model, request.ensemble_spec, ctx.workdir, required=not ctx.user_steps)
+        ens_drift = ensemble_drift(drift, spec.preprocess if spec is not None else {}, bool(ctx.user_steps))
         ens_params = {k: v for k, v in params.items() if k != "drift.reference"}
         if ens_drift.parameter() is not None:
             ens_params["drift.reference"] = str(ens_drift.parameter())
         if request.ensemble_mode == "fused":
+            assert spec is not None  # ServingSteps refuses fused with user steps
             fused = FusedModel(ctx.name, graph, spec, options, ens_params, warmup, artifacts[0].identity)
             extra = [fused_artifact(fused)]
         else:
             extra = ensemble_artifacts(
-                ctx.name, inputs.tensors, outputs, spec, options, parameters=ens_params, version=ctx.version
+                ctx.name,
+                inputs.tensors,
+                outputs,
+                spec,
+                options,
+                parameters=ens_params,
+                version=ctx.version,
+                user_steps=ctx.user_steps,
             )
         for art in extra:
             art.metadata.update(
                 {
                     "source": metadata["source"],
-                    "ensemble_spec": spec.source,
+                    "ensemble_spec": spec.source if spec is not None else None,
                     "ensemble_mode": request.ensemble_mode,
                     "builder_version": __version__,
                     **({"drift": ens_drift.to_metadata()} if art.name == f"{ctx.name}_ensemble" else {}),
                 }
             )
+        if ctx.user_steps:
+            extra[-1].metadata["user_steps"] = [
+                {"name": s.name, "position": s.position, "source": s.source} for s in ctx.user_steps
+            ]
         artifacts += extra
     return artifacts

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,6 @@ from typing import Any
 import onnx
 
 from builder.config import (
-    EnsembleStep,
     ServingOptions,
     ensemble_config,
     onnx_model_config,
@@ -34,6 +34,9 @@ from builder.errors import UsageError
 from builder.registry import RegistryModel
 from builder.repository import ModelArtifact
 from builder.tensors import TensorSpec
+from builder.user_step_models import user_step_artifact
+from builder.user_steps import UserStep
+from builder.wiring import Node, Port, wire
 
 RUN_ARTIFACT = "serving/ensemble.json"
 
@@ -63,9 +66,12 @@ class EnsembleSpec:
         return cls(preprocess=dict(pre), postprocess=dict(post), source=source)
 
 
-def load_spec(model: RegistryModel, spec_file: Path | None, workdir: Path | None = None) -> EnsembleSpec:
+def load_spec(
+    model: RegistryModel, spec_file: Path | None, workdir: Path | None = None, *, required: bool = True
+) -> EnsembleSpec | None:
     """The spec from ``spec_file``, else from the model's run (downloaded into ``workdir``, the
-    export's scratch folder, so that nothing outlives the export); a threshold param overrides."""
+    export's scratch folder, so that nothing outlives the export); a threshold param overrides.
+    Not ``required`` (the run logged its own steps): None where the run has no spec."""
     if spec_file is not None:
         try:
             data = json.loads(spec_file.read_text())
@@ -73,7 +79,10 @@ def load_spec(model: RegistryModel, spec_file: Path | None, workdir: Path | None
             raise UsageError(f"cannot read ensemble spec {spec_file}: {exc}") from exc
         spec = EnsembleSpec.from_dict(data, str(spec_file))
     else:
-        spec = EnsembleSpec.from_dict(_run_artifact(model, workdir), f"runs:/{model.run_id}/{RUN_ARTIFACT}")
+        raw = _run_artifact(model, workdir, required)
+        if raw is None:
+            return None
+        spec = EnsembleSpec.from_dict(raw, f"runs:/{model.run_id}/{RUN_ARTIFACT}")
     if "decision_threshold" in model.run_params:
         try:
             spec.postprocess["threshold"] = float(model.run_params["decision_threshold"])
@@ -82,11 +91,17 @@ def load_spec(model: RegistryModel, spec_file: Path | None, workdir: Path | None
     return spec
 
 
-def _run_artifact(model: RegistryModel, workdir: Path | None) -> Any:
+def _run_artifact(model: RegistryModel, workdir: Path | None, required: bool) -> Any:
     import mlflow
+    from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
 
     try:
+        if not required:
+            folder = RUN_ARTIFACT.rsplit("/", 1)[0]
+            listed = {a.path for a in MlflowClient().list_artifacts(model.run_id, folder)}
+            if RUN_ARTIFACT not in listed:
+                return None
         # Without dst_path MLflow downloads into a fresh temp folder it never removes.
         dst = None
         if workdir is not None:
@@ -99,7 +114,8 @@ def _run_artifact(model: RegistryModel, workdir: Path | None) -> Any:
     except (MlflowException, OSError, json.JSONDecodeError) as exc:
         raise UsageError(
             f"--ensemble: the run {model.run_id} of {model.ref} has no readable {RUN_ARTIFACT}",
-            hint="log it with mlflow.log_dict(spec, 'serving/ensemble.json') or pass --ensemble-spec FILE",
+            hint="log it with mlflow.log_dict(spec, 'serving/ensemble.json'), log serving steps "
+            "under serving/steps/ (docs/user-steps.md), or pass --ensemble-spec FILE",
         ) from exc
 
 
@@ -138,68 +154,103 @@ def ensemble_artifacts(
     name: str,
     model_inputs: tuple[TensorSpec, ...],
     model_outputs: tuple[TensorSpec, ...],
-    spec: EnsembleSpec,
+    spec: EnsembleSpec | None,
     options: ServingOptions,
     parameters: dict[str, str] | None = None,
     version: int = -1,
+    user_steps: Sequence[UserStep] = (),
 ) -> list[ModelArtifact]:
-    """``--ensemble-mode steps``: the preprocess and postprocess ONNX models and the Triton
-    ensemble around the exported model ``name``; the ensemble's steps run ``version`` of each
-    (the version this export writes). Only the model batches with a queue delay."""
-    raw = _checked_input(model_inputs, spec)
-    by_name = {t.name: t for t in model_outputs}
+    """``--ensemble-mode steps``: the Triton ensemble ``NAME_ensemble`` around the exported
+    model ``name``: the run's pre steps, the generated preprocess ONNX model (with a spec), the
+    model, the generated postprocess, the run's post steps. Every step runs ``version`` (the
+    version this export writes); only the model batches with a queue delay."""
     step_options = step_serving_options(options)
-    pre_name, post_name, ens_name = f"{name}_preprocess", f"{name}_postprocess", f"{name}_ensemble"
-    features = TensorSpec("features", raw.dtype, raw.shape)
-    pre = preprocess_graph(spec.preprocess, raw.shape[1], raw.name)
-    artifacts = [
-        ModelArtifact(
-            name=pre_name,
-            config=onnx_model_config(pre_name, [raw], [features], step_options),
-            version_files={"model.onnx": pre.SerializeToString(), "spec.json": _spec_file(spec.preprocess)},
-        )
-    ]
-    steps = [
-        EnsembleStep(pre_name, {raw.name: raw.name}, {"features": "features"}, version),
-        EnsembleStep(
-            name,
-            {raw.name: "features"},
-            {o.name: o.name for o in model_outputs if o.name != "label"},
-            version,
-        ),
-    ]
-    outputs = [o for o in model_outputs if o.name != "label"]
-    if "probabilities" in by_name:
-        probs = by_name["probabilities"]
-        score, label = _post_tensors()
-        post = postprocess_graph(spec.postprocess, probs.shape[1])
+    batched = options.max_batch_size > 0
+    artifacts: list[ModelArtifact] = []
+    generated_pre: list[Node] = []
+    generated_post: list[Node] = []
+    model_reads = {t.name: t.name for t in model_inputs}
+    model_writes = list(model_outputs)
+    outputs = [o.name for o in model_outputs]
+    if spec is not None:
+        raw = _checked_input(model_inputs, spec)
+        pre_name = f"{name}_preprocess"
+        features = TensorSpec("features", raw.dtype, raw.shape)
+        pre = preprocess_graph(spec.preprocess, raw.shape[1], raw.name)
         artifacts.append(
             ModelArtifact(
-                name=post_name,
-                config=onnx_model_config(post_name, [probs], [score, label], step_options),
+                name=pre_name,
+                config=onnx_model_config(pre_name, [raw], [features], step_options),
                 version_files={
-                    "model.onnx": post.SerializeToString(),
-                    "spec.json": _spec_file(spec.postprocess),
+                    "model.onnx": pre.SerializeToString(),
+                    "spec.json": _spec_file(spec.preprocess),
                 },
             )
         )
-        steps.append(
-            EnsembleStep(
-                post_name,
-                {"probabilities": "probabilities"},
-                {"score": "score", "label": "label"},
-                version,
+        generated_pre.append(
+            Node(
+                pre_name,
+                "the generated preprocess",
+                "pre",
+                (Port(raw.name, raw.name, raw),),
+                (Port("features", "features", features),),
+                version=version,
             )
         )
-        outputs += [score, label]
+        model_reads = {raw.name: "features"}
+        # The thresholded label replaces the model's argmax label.
+        model_writes = [o for o in model_outputs if o.name != "label"]
+        outputs = [o.name for o in model_writes]
+        by_name = {t.name: t for t in model_outputs}
+        if "probabilities" in by_name:
+            probs, post_name = by_name["probabilities"], f"{name}_postprocess"
+            score, label = _post_tensors()
+            post = postprocess_graph(spec.postprocess, probs.shape[1])
+            artifacts.append(
+                ModelArtifact(
+                    name=post_name,
+                    config=onnx_model_config(post_name, [probs], [score, label], step_options),
+                    version_files={
+                        "model.onnx": post.SerializeToString(),
+                        "spec.json": _spec_file(spec.postprocess),
+                    },
+                )
+            )
+            generated_post.append(
+                Node(
+                    post_name,
+                    "the generated postprocess",
+                    "post",
+                    (Port(probs.name, probs.name, probs),),
+                    tuple(Port(t.name, t.name, t) for t in (score, label)),
+                    version=version,
+                )
+            )
+            outputs += ["score", "label"]
+    by_input = {t.name: t for t in model_inputs}
+    model_node = Node(
+        name,
+        f"the model {name!r}",
+        "model",
+        tuple(Port(n, tensor, by_input[n]) for n, tensor in model_reads.items()),
+        tuple(Port(o.name, o.name, o) for o in model_writes),
+        version=version,
+    )
+    user = [user_step_artifact(name, step, options, version) for step in user_steps]
+    artifacts += [art for art, _ in user]
+    user_pre = [node for (_, node), s in zip(user, user_steps, strict=True) if s.position == "pre"]
+    user_post = [node for (_, node), s in zip(user, user_steps, strict=True) if s.position == "post"]
+    nodes = [*user_pre, *generated_pre, model_node, *generated_post, *user_post]
+    wiring = wire(nodes, set(by_input), outputs, batched=batched)
+    ens_name = f"{name}_ensemble"
     artifacts.append(
         ModelArtifact(
             name=ens_name,
             config=ensemble_config(
                 ens_name,
-                [raw],
-                outputs,
-                steps,
+                wiring.inputs,
+                wiring.outputs,
+                wiring.steps,
                 max_batch_size=options.max_batch_size,
                 options=options,
                 parameters=parameters,

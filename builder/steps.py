@@ -29,6 +29,7 @@ from builder.registry import RegistryModel, fetch_model, tracking_uri
 from builder.repository import ModelArtifact, WriteResult, write_models
 from builder.signature import ModelInputs, inputs_from_signature
 from builder.uri import ModelURI
+from builder.user_steps import UserStep, load_run_steps
 
 if TYPE_CHECKING:
     from builder.export import ExportRequest
@@ -55,6 +56,7 @@ class ExportContext:
     onnx_model: onnx.ModelProto | None = None
     parity: ParityReport | None = None
     drift: Drift | None = None
+    user_steps: list[UserStep] = field(default_factory=list)  # the run's serving/steps/
     artifacts: list[ModelArtifact] = field(default_factory=list)
     plan_parity: ParityReport | None = None
     written: list[WriteResult] = field(default_factory=list)
@@ -140,6 +142,38 @@ def _layout_line(inputs: ModelInputs) -> str:
         more = f", +{len(inputs.columns) - 6}" if len(inputs.columns) > 6 else ""
         return f"{len(inputs.columns)} typed column inputs ({kinds}{more})"
     return ", ".join(f"{t.name} {t.dtype}{list(t.shape)}" for t in inputs.tensors)
+
+
+class ServingSteps(Step):
+    """``--ensemble``: the run's own serving steps (``serving/steps/``), read and checked
+    before any conversion work, so that a malformed step or a mode they cannot run in is
+    refused at once."""
+
+    def title(self, ctx: ExportContext) -> str:
+        return "read the run's serving steps"
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        ctx.user_steps = load_run_steps(ctx.registry_model.run_id, ctx.workdir)
+        if not ctx.user_steps:
+            return "none (generated steps only)"
+        names = ", ".join(f"{s.name} ({s.position})" for s in ctx.user_steps)
+        by_uri = [s for s in ctx.user_steps if s.model is not None]
+        if by_uri:
+            # The format takes them (docs/user-steps.md); their export, under the other model's
+            # own version inside this export's commit, is not built yet: refused before any work.
+            step, uri = by_uri[0], by_uri[0].model.raw if by_uri[0].model else ""
+            raise UsageError(
+                f"{step.label}: a registered-model step ({uri}) is not exported by this builder yet",
+                hint=f"export {uri} on its own, or log the step as a Python-backend model.py",
+            )
+        if ctx.request.ensemble_mode == "fused":
+            raise UsageError(
+                f"--ensemble-mode fused cannot fuse the run's serving step(s) {names}: "
+                "a Python-backend model is no ONNX graph",
+                hint="use --ensemble-mode steps: the generated steps stay ONNX, only the run's "
+                "own steps run in the Python backend",
+            )
+        return names
 
 
 class Load(Step):
@@ -321,7 +355,8 @@ class Write(Step):
 
 
 def pipeline(ctx: ExportContext) -> list[Step]:
-    steps: list[Step] = [Resolve(), Load(), ParityRows(), Convert(), Parity(), Reference(), Describe()]
+    steps: list[Step] = [Resolve(), *([ServingSteps()] if ctx.request.ensemble else [])]
+    steps += [Load(), ParityRows(), Convert(), Parity(), Reference(), Describe()]
     if ctx.preflight is not None:
         steps.append(Plan())
     return [*steps, Write()]

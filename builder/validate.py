@@ -1,7 +1,8 @@
 """``builder validate``: check a model repository without starting Triton.
 
 Every model folder: its config parses against the schema and names the folder; at least one
-numeric version folder holds the file its backend loads; ONNX graphs agree with the config's
+numeric version folder holds the file its backend loads (a Python-backend ``model.py`` that
+parses and defines ``TritonPythonModel``); ONNX graphs agree with the config's
 tensors; warm-up files exist; and ensemble steps name models that exist, with input/output maps
 that use those models' real tensor names, chain in order, and agree in dtype and dims.
 Every problem is listed; the caller exits non-zero if there is any. Warnings (a model that
@@ -20,6 +21,7 @@ from builder.config import ModelConfig, parse_pbtxt
 from builder.convert.base import graph_tensors
 from builder.repository import STAGING_PREFIX, read_metadata
 from builder.tensors import dtype_from_triton
+from builder.user_steps import python_model_problem
 
 _BACKEND_FILES = {"onnxruntime": "model.onnx", "python": "model.py"}
 
@@ -140,6 +142,12 @@ def _check_model(model_dir: Path, problems: list[str]) -> ModelEntry | None:
         for v in versions:
             if not (model_dir / str(v) / required).is_file():
                 problems.append(f"{name}/{v}: missing {required} (needed by backend {config.backend!r})")
+    if config.backend == "python" and required:
+        for v in versions:
+            code = model_dir / str(v) / required
+            problem = python_model_problem(code.read_bytes()) if code.is_file() else None
+            if problem is not None:
+                problems.append(f"{name}/{v}: {required} {problem}")
     entry = ModelEntry(name=name, config=config, versions=versions)
     if config.backend == "onnxruntime" and versions:
         graph = _check_onnx(

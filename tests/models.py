@@ -164,3 +164,16 @@ def sklearn_for_ensemble(name: str, threshold: float = 0.3) -> Registered:
     registered = _register(name, info, model, X)
     registered.extra = {"spec": spec, "threshold": threshold}
     return registered
+
+
+def log_serving_step(run_id: str, step: str, spec: dict[str, Any], code: str | None) -> None:
+    """Log a serving step into a finished run, as training code logs one
+    (``serving/steps/<step>/step.json`` and its Python-backend ``model.py``)."""
+    import json
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient()
+    client.log_text(run_id, json.dumps(spec, indent=2), f"serving/steps/{step}/step.json")
+    if code is not None:
+        client.log_text(run_id, code, f"serving/steps/{step}/model.py")

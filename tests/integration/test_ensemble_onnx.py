@@ -1,7 +1,9 @@
 """``builder export --ensemble`` in both shapes (the real CLI), served by the real Triton: the
 ``steps`` ensemble (ONNX pre/postprocess models + a Triton ensemble) and the ``fused`` graph
 answer exactly what the bare model plus the numpy reference math answer, and ``builder
-validate`` accepts the repository."""
+validate`` accepts the repository. A run that logs its own Python-backend steps (a pre step
+that clips the raw features, a business rule that caps the score) gets them wired around the
+generated ones, and served by the same Triton."""
 
 from __future__ import annotations
 
@@ -21,6 +23,56 @@ from tests import models, servers
 pytestmark = pytest.mark.integration
 
 MODES = {"steps": "enssteps", "fused": "ensfused"}
+USER = "ensuser"  # the model whose run logs its own serving steps
+LOW, HIGH, CAP = 0.0, 500.0, 0.8
+
+# Python-backend models as a team writes them: they run in Triton's own Python (numpy<2).
+CLIP_CODE = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = json.loads(args["model_config"])["parameters"]
+        self.low = float(params["low"]["string_value"])
+        self.high = float(params["high"]["string_value"])
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "raw").as_numpy()
+            clipped = np.clip(x, self.low, self.high).astype(np.float32)  # NaN stays NaN
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("clipped", clipped)]))
+        return responses
+"""
+CAP_CODE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            score = pb_utils.get_input_tensor_by_name(request, "score").as_numpy()
+            capped = np.minimum(score, np.float32(0.8))
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("capped", capped)]))
+        return responses
+"""
+CLIP_STEP = {
+    "position": "pre",
+    "inputs": [{"name": "raw", "data_type": "TYPE_FP32", "dims": [5], "from": "input"}],
+    "outputs": [{"name": "clipped", "data_type": "TYPE_FP32", "dims": [5], "to": "input"}],
+    "config": {"parameters": {"low": str(LOW), "high": str(HIGH)}},
+}
+CAP_STEP = {
+    "position": "post",
+    "inputs": [{"name": "score", "data_type": "TYPE_FP32", "dims": [1], "from": "score"}],
+    "outputs": [{"name": "capped", "data_type": "TYPE_FP32", "dims": [1], "to": "score"}],
+}
 
 
 def builder(*args: str) -> subprocess.CompletedProcess[str]:
@@ -51,6 +103,11 @@ def served(
         args = ["export", f"models:/{name}@champion", "--repo", str(repo), "--ensemble"]
         cli = builder(*args, "--ensemble-mode", mode)
         assert cli.returncode == 0, cli.stderr
+    registered["user"] = models.sklearn_for_ensemble(USER)
+    models.log_serving_step(registered["user"].run_id, "clip", CLIP_STEP, CLIP_CODE)
+    models.log_serving_step(registered["user"].run_id, "cap", CAP_STEP, CAP_CODE)
+    cli = builder("export", f"models:/{USER}@champion", "--repo", str(repo), "--ensemble")
+    assert cli.returncode == 0, cli.stderr
     with servers.serving(repo, triton_runtime, root / "tritonserver.log") as server:
         yield server, repo, registered
 
@@ -104,9 +161,69 @@ def test_every_generated_part_runs_on_onnxruntime_and_validates(
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def test_ensemble_mode_without_ensemble_is_refused(mlflow_registry: str, tmp_path: Path) -> None:
-    models.sklearn_for_ensemble("lonely")
+def test_ensemble_mode_without_ensemble_and_a_miswired_step_are_refused(
+    mlflow_registry: str, tmp_path: Path
+) -> None:
+    lonely = models.sklearn_for_ensemble("lonely")
     cli = builder("export", "models:/lonely@champion", "--repo", str(tmp_path), "--ensemble-mode", "fused")
     assert cli.returncode != 0
     assert "--ensemble-mode needs --ensemble" in cli.stderr
+    assert not any(tmp_path.iterdir())
+    # The business rule reads the score as an integer: refused at export, naming step and tensor.
+    wrong = {**CAP_STEP, "inputs": [{**CAP_STEP["inputs"][0], "data_type": "TYPE_INT64"}]}
+    models.log_serving_step(lonely.run_id, "cap", wrong, CAP_CODE)
+    cli = builder("export", "models:/lonely@champion", "--repo", str(tmp_path), "--ensemble")
+    assert cli.returncode == 2
+    lines = [line for line in cli.stderr.splitlines() if line.strip()]
+    assert lines[0].startswith("error: post step 'cap': input 'score' is TYPE_INT64 [1], but the generated")
+    assert lines[1].startswith("hint:") and "Traceback" not in cli.stderr
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_runs_own_python_steps_are_wired_validated_and_served(
+    served: tuple[TritonServer, Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    import tritonclient.grpc as grpcclient
+
+    server, repo, registered = served
+    reg = registered["user"]
+    raw = raw_rows(reg)
+    raw[5:8] *= 40  # rows the clip step changes (amount, user_age_days beyond HIGH)
+    got = infer(server, f"{USER}_ensemble", raw, ["probabilities", "score", "label"])
+    # Independently: clip, then the run's preprocessing, the bare model on Triton, the
+    # threshold on the model's score, and the business rule's cap on the served score.
+    clipped = np.clip(raw, LOW, HIGH)
+    assert not np.array_equal(clipped, raw, equal_nan=True)
+    features = transforms.preprocess(clipped, reg.extra["spec"]["preprocess"])
+    bare = infer(server, USER, features, ["probabilities"])["probabilities"]
+    positive = bare[:, 1:2]
+    np.testing.assert_array_equal(got["probabilities"], bare)
+    np.testing.assert_array_equal(
+        got["label"], (positive >= np.float32(reg.extra["threshold"])).astype(np.int64)
+    )
+    np.testing.assert_array_equal(got["score"], np.minimum(positive, np.float32(CAP)))
+    assert (positive > CAP).any(), "no score reached the cap: the test would not see the rule"
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    for step in ("clip", "cap"):
+        assert client.get_model_config(f"{USER}_{step}").config.backend == "python"
+        assert (repo / f"{USER}_{step}" / str(reg.version) / "model.py").read_text() == (
+            CLIP_CODE if step == "clip" else CAP_CODE
+        )
+    check = builder("validate", "--repo", str(repo))
+    assert check.returncode == 0, check.stdout + check.stderr
+    # A Python step cannot be fused into one ONNX graph: refused, naming the steps.
+    fused = builder(
+        "export",
+        f"models:/{USER}@champion",
+        "--repo",
+        str(tmp_path),
+        "--ensemble",
+        "--ensemble-mode",
+        "fused",
+    )
+    assert fused.returncode == 2
+    assert "error: --ensemble-mode fused cannot fuse the run's serving step(s) clip (pre), cap (post)" in (
+        fused.stderr
+    )
+    assert "hint: use --ensemble-mode steps" in fused.stderr
     assert not any(tmp_path.iterdir())

@@ -1,0 +1,247 @@
+"""The run's own serving steps (``serving/steps/<step>/``): the format, the typed tensor
+mapping checked at export, and what ``builder validate`` says about a broken step, without
+servers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from builder.config import ServingOptions, onnx_model_config, parse_pbtxt, to_pbtxt
+from builder.convert.base import graph_tensors
+from builder.ensemble import EnsembleSpec, ensemble_artifacts
+from builder.errors import UsageError
+from builder.repository import ModelArtifact, write_models
+from builder.user_steps import UserStep, parse_step, read_step_dirs
+from builder.validate import validate_repository
+from tests.unit.test_repository_validate import tiny_classifier
+
+CODE = b"""
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("out", pb_utils.get_input_tensor_by_name(r, "in").as_numpy())]
+            )
+            for r in requests
+        ]
+"""
+
+
+def port(name: str, data_type: str = "TYPE_FP32", dims: list[int] | None = None, **link: Any) -> dict:
+    return {"name": name, "data_type": data_type, "dims": dims or [1], **link}
+
+
+def step(name: str, spec: dict[str, Any], code: bytes | None = CODE) -> UserStep:
+    files = {"step.json": json.dumps(spec).encode(), **({"model.py": code} if code is not None else {})}
+    return parse_step(name, files, f"runs:/r/serving/steps/{name}")
+
+
+# A pre step that clips the raw features, a post step that caps the thresholded score.
+CLIP = {
+    "position": "pre",
+    "inputs": [port("in", dims=[3], **{"from": "input"})],
+    "outputs": [port("out", dims=[3], to="input")],
+}
+CAP = {
+    "position": "post",
+    "inputs": [port("in", **{"from": "score"})],
+    "outputs": [port("out", to="score")],
+    "config": {"parameters": {"cap": "0.8"}, "instance_count": 2},
+}
+SPEC = EnsembleSpec.from_dict({"preprocess": {"mean": [0, 0, 0], "scale": [1, 2, 4]}}, "test")
+
+
+def build(steps: list[UserStep], spec: EnsembleSpec | None = SPEC, **options: Any) -> list[ModelArtifact]:
+    model = tiny_classifier()
+    inputs, outputs = graph_tensors(model.graph.input), graph_tensors(model.graph.output)
+    serving = ServingOptions(**options)
+    main = ModelArtifact(
+        name="tiny",
+        config=onnx_model_config("tiny", inputs, outputs, serving),
+        version_files={"model.onnx": model.SerializeToString()},
+        metadata={"source": {"uri": "models:/tiny/1"}},
+    )
+    return [main, *ensemble_artifacts("tiny", inputs, outputs, spec, serving, version=1, user_steps=steps)]
+
+
+def by_name(artifacts: list[ModelArtifact]) -> dict[str, ModelArtifact]:
+    return {a.name: a for a in artifacts}
+
+
+def test_user_steps_wrap_the_generated_ones_and_validate(repo_dir: Path) -> None:
+    arts = by_name(build([step("clip", CLIP), step("cap", CAP)]))
+    ensemble = arts["tiny_ensemble"].config
+    order = [s.model_name for s in ensemble.ensemble_scheduling.step]
+    assert order == ["tiny_clip", "tiny_preprocess", "tiny", "tiny_postprocess", "tiny_cap"]
+    maps = {s.model_name: (dict(s.input_map), dict(s.output_map)) for s in ensemble.ensemble_scheduling.step}
+    # The request's `input` is clipped, then preprocessed; the generated score is capped.
+    assert maps["tiny_clip"] == ({"in": "input"}, {"out": "input__tiny_clip"})
+    assert maps["tiny_preprocess"][0] == {"input": "input__tiny_clip"}
+    assert maps["tiny_postprocess"][1] == {"score": "score__tiny_postprocess", "label": "label"}
+    assert maps["tiny_cap"] == ({"in": "score__tiny_postprocess"}, {"out": "score"})
+    assert [t.name for t in ensemble.input] == ["input"]
+    assert [t.name for t in ensemble.output] == ["probabilities", "score", "label"]
+    cap = arts["tiny_cap"]
+    assert cap.config.backend == "python" and cap.config.instance_group[0].count == 2
+    assert cap.config.parameters["cap"].string_value == "0.8"
+    # Only the model waits for a batch.
+    assert cap.config.dynamic_batching.max_queue_delay_microseconds == 0
+    assert set(cap.version_files) == {"model.py", "step.json"}
+    assert parse_pbtxt(to_pbtxt(ensemble)) == ensemble
+    write_models(repo_dir, 1, list(arts.values()))
+    assert (repo_dir / "tiny_cap" / "1" / "model.py").read_bytes() == CODE
+    entries, problems = validate_repository(repo_dir)
+    assert problems == []
+    assert {e.name for e in entries} >= {"tiny_clip", "tiny_cap", "tiny_ensemble"}
+
+
+def test_without_a_spec_the_run_steps_wrap_the_model_alone() -> None:
+    post = {"position": "post", "inputs": [port("in", dims=[2], **{"from": "probabilities"})]}
+    post["outputs"] = [port("out", "TYPE_STRING", to="decision")]
+    ensemble = by_name(build([step("decide", post)], spec=None))["tiny_ensemble"].config
+    assert [s.model_name for s in ensemble.ensemble_scheduling.step] == ["tiny", "tiny_decide"]
+    # The model's own outputs, and the post step's new tensor as a new ensemble output.
+    assert [t.name for t in ensemble.output] == ["label", "probabilities", "decision"]
+
+
+def test_steps_of_one_position_run_by_order_then_name(tmp_path: Path) -> None:
+    for name, order in (("b", 0), ("a", 0), ("z", -1)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "step.json").write_text(json.dumps({**CAP, "order": order}))
+        (folder / "model.py").write_bytes(CODE)
+    (tmp_path / "clip").mkdir()
+    (tmp_path / "clip" / "step.json").write_text(json.dumps(CLIP))
+    (tmp_path / "clip" / "model.py").write_bytes(CODE)
+    assert [s.name for s in read_step_dirs(tmp_path, "runs:/r/serving/steps")] == ["clip", "z", "a", "b"]
+
+
+WIRING_ERRORS = {
+    "wrong dtype": (
+        {**CAP, "inputs": [port("in", "TYPE_INT64", **{"from": "score"})]},
+        "post step 'cap': input 'in' is TYPE_INT64 [1], but the generated postprocess's 'score' is "
+        "TYPE_FP32 [1]",
+    ),
+    "wrong dims": (
+        {**CAP, "inputs": [port("in", dims=[2], **{"from": "score"})]},
+        "post step 'cap': input 'in' is TYPE_FP32 [2], but the generated postprocess's 'score' is "
+        "TYPE_FP32 [1]",
+    ),
+    "unknown tensor": (
+        {**CAP, "inputs": [port("in", **{"from": "scroe"})]},
+        "post step 'cap': input 'in' reads 'scroe', which no ensemble input or earlier step provides",
+    ),
+    "unread output": (
+        {**CLIP, "outputs": [port("out", dims=[3], to="clipped")]},
+        "pre step 'cap': output 'out' writes 'clipped', which no later step reads",
+    ),
+    "request input in a post step": (
+        {**CAP, "inputs": [port("in", **{"from": "cap", "ensemble_input": True})]},
+        "post step 'cap': input 'in': only a pre step can declare an ensemble input",
+    ),
+    "pre step meets the model's dtype": (
+        {**CLIP, "outputs": [port("out", "TYPE_FP64", dims=[3], to="input")]},
+        "the generated preprocess: input 'input' is TYPE_FP32 [3], but pre step 'cap''s 'input' is "
+        "TYPE_FP64 [3]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(WIRING_ERRORS))
+def test_a_step_fed_wrongly_is_refused_naming_the_step_and_tensor(case: str) -> None:
+    spec, message = WIRING_ERRORS[case]
+    with pytest.raises(UsageError) as err:
+        build([step("cap", spec)])
+    assert message in err.value.message
+    assert err.value.exit_code == 2 and err.value.hint
+
+
+def test_a_new_request_input_is_declared_by_a_pre_step() -> None:
+    rule = {
+        "position": "pre",
+        "inputs": [
+            port("x", dims=[3], **{"from": "input"}),
+            port("limit", **{"from": "limit", "ensemble_input": True}),
+        ],
+        "outputs": [port("y", dims=[3], to="input")],
+    }
+    ensemble = by_name(build([step("clip", rule)]))["tiny_ensemble"].config
+    assert [(t.name, list(t.dims)) for t in ensemble.input] == [("input", [3]), ("limit", [1])]
+
+
+FORMAT_ERRORS = {
+    "no model.py": ({**CAP}, None, 'no model.py (a Triton Python-backend model) and no "model" URI'),
+    "not Python": ({**CAP}, b"def (:\n", "model.py: does not parse: line 1"),
+    "no model class": ({**CAP}, b"x = 1\n", "defines no class TritonPythonModel"),
+    "Triton type": (
+        {**CAP, "inputs": [port("in", "FP32")]},
+        CODE,
+        "input 'in': data_type 'FP32' is not a Triton type",
+    ),
+    "position": ({**CAP, "position": "middle"}, CODE, '"position" is "pre"'),
+    "untyped": ({**CAP, "outputs": [{"name": "out"}]}, CODE, 'output \'out\' needs "data_type" and "dims"'),
+    "config typo": ({**CAP, "config": {"instances": 2}}, CODE, '"config" takes'),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FORMAT_ERRORS))
+def test_a_malformed_step_is_refused_naming_it(case: str) -> None:
+    spec, code, message = FORMAT_ERRORS[case]
+    with pytest.raises(UsageError) as err:
+        step("cap", spec, code)
+    assert err.value.message.startswith("user step runs:/r/serving/steps/cap")
+    assert message in err.value.message
+
+
+def test_a_step_batching_less_than_the_ensemble_is_refused() -> None:
+    with pytest.raises(UsageError, match=r"config\.max_batch_size 8 is below the ensemble's 64"):
+        build([step("cap", {**CAP, "config": {"max_batch_size": 8}})])
+
+
+def _broken(repo: Path, edit: str) -> list[str]:
+    write_models(repo, 1, build([step("cap", CAP)]))
+    config = repo / "tiny_cap" / "config.pbtxt"
+    if edit == "name":
+        config.write_text(config.read_text().replace('name: "in"', 'name: "inp"'))
+    elif edit == "dtype":
+        config.write_text(config.read_text().replace("TYPE_FP32", "TYPE_INT64", 1))
+    elif edit == "missing":
+        (repo / "tiny_cap" / "1" / "model.py").unlink()
+    else:
+        (repo / "tiny_cap" / "1" / "model.py").write_text("class TritonPythonModel(:\n")
+    return validate_repository(repo)[1]
+
+
+VALIDATE = {
+    "name": "tiny_ensemble: step 4 (tiny_cap): input_map key 'in' is not an input of tiny_cap ['inp']",
+    "dtype": "tiny_ensemble: step 4 (tiny_cap): 'score__tiny_postprocess' -> 'in': dtype TYPE_FP32 meets "
+    "TYPE_INT64",
+    "missing": "tiny_cap/1: missing model.py (needed by backend 'python')",
+    "syntax": "tiny_cap/1: model.py does not parse: line 1",
+}
+
+
+@pytest.mark.parametrize("edit", sorted(VALIDATE))
+def test_validate_names_the_broken_step_and_tensor(repo_dir: Path, edit: str) -> None:
+    problems = _broken(repo_dir, edit)
+    assert any(VALIDATE[edit] in p for p in problems), problems
+    assert all("\n" not in p for p in problems)
+
+
+def test_a_registered_model_step_parses_but_is_not_exported_yet() -> None:
+    spec = {"position": "pre", "model": "models:/encoder@champion", "inputs": [{"name": "input"}]}
+    spec["outputs"] = [{"name": "embedding", "to": "input"}]
+    parsed = step("encode", spec, code=None)
+    assert parsed.model is not None and parsed.model.name == "encoder" and parsed.files == {}
+    with pytest.raises(UsageError, match="has both"):
+        step("encode", spec)
+    with pytest.raises(UsageError, match="registered-model steps are not exported"):
+        build([parsed])
