@@ -358,3 +358,24 @@ def test_metrics_are_named_as_docs_drift_md_says():
     assert {x.labels["window"] for x in families["gateway_drift_psi"].samples} == {"1h"}
     with pytest.raises(ValueError):  # a second collector of the same names is refused
         registry.register(DriftCollector(monitor))
+
+
+def test_the_matrix_layout_counts_as_the_columns_layout():
+    from dataclasses import replace
+
+    data = training(2000)
+    raw = json.loads(reference_json(data))
+    raw["features"] = [f for f in raw["features"] if f["kind"] == "numeric"]  # matrix: float32 only
+    numeric = (Column("amount", "float32"), Column("hour", "float32"))
+    columns = replace(spec(json.dumps(raw)), columns=numeric, request_fields=("amount", "hour"))
+    matrix = replace(columns, layout="matrix", input_name="x")
+    served = training(300, seed=9)
+    x = np.stack([served["amount"], served["hour"]], axis=1).astype(np.float32)
+    scores = [Prediction(False, score=float(v)) for v in served["score"]]
+    counted = []
+    for s, inputs in ((columns, {"amount": x[:, :1], "hour": x[:, 1:]}), (matrix, {"x": x})):
+        monitor = DriftMonitor(clock=lambda: T0)
+        monitor.observe(Observation(s, "1", inputs, scores, [], at=T0))
+        (counts,) = monitor.versions()
+        counted.append(counts.slots.window(T0, 60)[0].tolist())  # type: ignore[union-attr]
+    assert counted[0] == counted[1] and sum(counted[0]) == 3 * 300
