@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks import gateway_profile, report
+from benchmarks import drift_bench, gateway_profile, report
 from benchmarks.gateway_loadgen import MODES, Target, Window, measure, metric_key
 from benchmarks.loadgen import triton_version
 
@@ -63,6 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--profile-seconds", type=int, default=5, help="py-spy seconds per transport, 0: none"
     )
     parser.add_argument("--profile-concurrency", type=int, default=16)
+    parser.add_argument(
+        "--drift-seconds", type=float, default=4.0, help="seconds per side of drift on vs off, 0: none"
+    )
     parser.add_argument(
         "--online-store",
         choices=("sqlite", "redis"),
@@ -212,7 +215,9 @@ def online_store(repo: Path, kind: str, root: Path, say: Callable[[str], None]) 
 
 
 @contextmanager
-def gateway(workdir: Path, triton_url: str, feature_repo: Path, store_env: dict[str, str]) -> Iterator[Any]:
+def gateway(
+    workdir: Path, triton_url: str, feature_repo: Path, store_env: dict[str, str], **extra: str
+) -> Iterator[Any]:
     """``gateway serve`` as the tests start it, on free ports; stopped (SIGINT, then SIGKILL) on exit."""
     import pytest
 
@@ -225,6 +230,7 @@ def gateway(workdir: Path, triton_url: str, feature_repo: Path, store_env: dict[
         "GATEWAY_LOG_LEVEL": "warning",
         "PYTHONPATH": str(REPO_ROOT),  # feature_repo is imported from the checkout, whatever the cwd
         **store_env,
+        **extra,
     }
     # Importing Feast here set these (feast/metrics.py); inherited, they would switch the gateway's
     # prometheus_client to its slower multiprocess (mmap) values, which a user's gateway does not use.
@@ -476,6 +482,34 @@ def notes(points: list[dict[str, Any]], profiles: list[dict[str, Any]], cores: i
     return out
 
 
+def drift_cost(
+    pool: ProcessPoolExecutor,
+    on: Target,
+    spec: ModelSpec,
+    rows: list[dict[str, Any]],
+    x: dict[str, np.ndarray],
+    args: argparse.Namespace,
+    root: Path,
+    store_env: dict[str, str],
+    say: Callable[[str], None],
+) -> dict[str, Any] | None:
+    """Drift counting's cost (benchmarks/drift_bench.py): the observer alone per batch, then the
+    gateway above (drift on, every row) against a second one with ``GATEWAY_DRIFT_SAMPLE=0``."""
+    from dataclasses import replace
+
+    if args.drift_seconds <= 0 or spec.drift_reference is None:
+        return None
+    cost = drift_bench.observer_cost(spec, x)
+    workdir = root / "gateway-drift-off"
+    workdir.mkdir(exist_ok=True)
+    with gateway(workdir, on.triton_url, root / "feature_repo", store_env, GATEWAY_DRIFT_SAMPLE="0") as gw:
+        off = replace(on, gateway_http=gw.http, gateway_grpc=gw.grpc, gateway_pgid=gw.proc.pid)
+        return {
+            "observer": cost,
+            **drift_bench.compare(pool, on, off, rows, x, args.drift_seconds * 2, args.warmup, say),
+        }
+
+
 def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """Everything in the module docstring; returns the ``gateway`` part of the results."""
     root.mkdir(parents=True, exist_ok=True)
@@ -532,6 +566,7 @@ def _run(
             with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
                 points = measure_points(pool, target, rows, x, args, say)
                 profiles, profile_note = profile(pool, target, gw.proc.pid, rows, x, args, root, say)
+                drift = drift_cost(pool, target, spec, rows, x, args, root, store_env, say)
             version = triton_version(server.grpc_url)
     finally:
         server.stop()
@@ -571,5 +606,6 @@ def _run(
         "profiles": profiles,
         "profile_note": profile_note,
         "profile_file": os.path.relpath(profile_file, REPO_ROOT) if profile_file else None,
+        "drift": drift,
         "notes": notes(points, profiles, len(os.sched_getaffinity(0))),
     }

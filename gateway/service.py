@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
+
+from prometheus_client import REGISTRY
 
 from gateway.auth import ApiKeys
 from gateway.core import Predictor
+from gateway.drift.metrics import DriftCollector
+from gateway.drift.monitor import DriftMonitor
+from gateway.drift.stats import Thresholds
 from gateway.features import OnlineFeatures
 from gateway.request import EntityRow
 from gateway.settings import GatewaySettings
@@ -19,6 +25,8 @@ class Service:
     predictor: Predictor
     auth: ApiKeys
     models: tuple[str, ...]  # what /readyz checks
+    drift: DriftMonitor | None = None  # None: GATEWAY_DRIFT_SAMPLE=0
+    _collector: DriftCollector | None = None
 
     @classmethod
     async def open(cls, settings: GatewaySettings, models: tuple[str, ...]) -> Service:
@@ -35,9 +43,23 @@ class Service:
             settings.feature_reads,
         )
         triton = TritonClient(settings.triton_url, settings.triton_timeout_s, settings.triton_reconnect_max_s)
-        return cls(settings, Predictor(settings, triton, features), ApiKeys.from_settings(settings), models)
+        drift = _drift_monitor(settings)
+        observers = (drift,) if drift is not None else ()
+        service = cls(
+            settings,
+            Predictor(settings, triton, features, observers),
+            ApiKeys.from_settings(settings),
+            models,
+            drift,
+        )
+        if drift is not None:
+            service._collector = _register(drift)
+        return service
 
     async def close(self) -> None:
+        if self._collector is not None:
+            REGISTRY.unregister(self._collector)
+            self._collector = None
         await self.predictor.triton.close()
 
     async def ready(self) -> dict[str, object]:
@@ -57,3 +79,22 @@ class Service:
                 checks[f"model:{model}"] = f"not ready: {getattr(exc, 'message', exc)}"
         checks["ready"] = all(v is True for v in checks.values())
         return checks
+
+
+def _drift_monitor(settings: GatewaySettings) -> DriftMonitor | None:
+    if settings.drift_sample <= 0:
+        return None
+    thresholds = Thresholds(settings.drift_psi_warn, settings.drift_psi_alert, settings.drift_min_rows)
+    return DriftMonitor(settings.drift_sample, thresholds)
+
+
+def _register(drift: DriftMonitor) -> DriftCollector | None:
+    """The monitor's metrics on /metrics; a second Service in one process (a test, a CLI opening
+    one beside a server) keeps its counts and endpoint but cannot share the metric names."""
+    collector = DriftCollector(drift)
+    try:
+        REGISTRY.register(collector)
+    except ValueError:
+        logging.getLogger("gateway").warning("drift metrics are already registered in this process")
+        return None
+    return collector
