@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from gateway.auth import ApiKeys
 from gateway.core import Predictor
 from gateway.features import OnlineFeatures
+from gateway.payload_log import PayloadLog, open_payload_log
 from gateway.request import EntityRow
 from gateway.settings import GatewaySettings
 from gateway.triton import TritonClient
@@ -19,6 +20,7 @@ class Service:
     predictor: Predictor
     auth: ApiKeys
     models: tuple[str, ...]  # what /readyz checks
+    payload_log: PayloadLog | None = None
 
     @classmethod
     async def open(cls, settings: GatewaySettings, models: tuple[str, ...]) -> Service:
@@ -35,10 +37,15 @@ class Service:
             settings.feature_reads,
         )
         triton = TritonClient(settings.triton_url, settings.triton_timeout_s, settings.triton_reconnect_max_s)
-        return cls(settings, Predictor(settings, triton, features), ApiKeys.from_settings(settings), models)
+        payload_log = open_payload_log(settings, features)
+        observers = (payload_log,) if payload_log else ()
+        predictor = Predictor(settings, triton, features, observers)
+        return cls(settings, predictor, ApiKeys.from_settings(settings), models, payload_log)
 
     async def close(self) -> None:
         await self.predictor.triton.close()
+        if self.payload_log is not None:  # writes what is queued, within its close_s
+            await asyncio.to_thread(self.payload_log.close)
 
     async def ready(self) -> dict[str, object]:
         """Ready = Triton live, every model ready in Triton, and the online store answering."""
