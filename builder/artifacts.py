@@ -2,7 +2,8 @@
 
 The serving contract (docs/serving-contract.md) is written here, once, into both the config's
 ``parameters`` (for clients that only see Triton) and ``metadata.json`` (for tools that read
-the repository): input layout and columns, model kind, classes, output roles.
+the repository): input layout and columns, model kind, classes, output roles; and the drift
+reference beside it (docs/drift.md).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from builder.config import onnx_model_config
 from builder.convert.base import graph_tensors
 from builder.errors import UsageError
 from builder.kinds import ModelKind
+from builder.reference import Drift
 from builder.registry import RegistryModel, tracking_uri
 from builder.repository import ModelArtifact
 from builder.signature import ModelInputs
@@ -113,6 +115,10 @@ def _identity(request: ExportRequest, model: RegistryModel) -> str:
         # and this keeps the identities of ONNX-only exports what they always were.
         "formats": ["onnx"],
     }
+    if request.reference is not None:
+        # A reference file is not part of the run: another file is another export. (Without one,
+        # the run's own artifact is, and identities stay what they were before drift.)
+        key["reference_sha256"] = hashlib.sha256(request.reference.read_bytes()).hexdigest()
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -129,6 +135,10 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
         )
     facts = serving_facts(model, inputs, ctx.model_kind, graph)
     params = serving_parameters(model, facts)
+    drift = ctx.drift or Drift(None, "not computed")
+    reference = drift.parameter()
+    if reference is not None:  # the gateway reads it from Triton with the serving contract
+        params["drift.reference"] = reference
     # Warm-up sends the first parity row (the input example's, when there is one).
     first = ctx.parity_feeds.head(1)
     warmup = {f"warmup/{t.name}": warmup_bytes(t, first[t.name]) for t in inputs.tensors}
@@ -160,6 +170,7 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
         "serving": facts,
         "input_example_sha256": example_digest(ctx.example) if ctx.example is not None else None,
         "parity": ctx.parity_report.to_dict(),
+        "drift": drift.to_metadata(),
         "onnx": {"opset": opset_of(graph), "sha256": hashlib.sha256(onnx_bytes).hexdigest()},
         # Run and version tags carry what serving needs to know from training, e.g. the Feast
         # feature service and ordered feature list; MLflow's own bookkeeping tags are left out.
@@ -195,6 +206,8 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
                     "ensemble_spec": spec.source,
                     "ensemble_mode": request.ensemble_mode,
                     "builder_version": __version__,
+                    # The ensemble serves the same columns, so it carries the reference too.
+                    **({"drift": metadata["drift"]} if art.name == f"{ctx.name}_ensemble" else {}),
                 }
             )
         artifacts += extra

@@ -2,9 +2,9 @@
 
 The export is one context (``ExportContext``), built up by a short list of small steps
 (builder/steps.py), each reporting a status line: resolve the registry model, load it and say
-what it is, build the parity rows, convert, check parity, describe the artifacts, (build a
-plan), write. Nothing touches the repository until every step before the write has passed,
-so any refusal leaves it unchanged.
+what it is, build the parity rows, convert, check parity, compute the drift reference,
+describe the artifacts, (build a plan), write. Nothing touches the repository until every
+step before the write has passed, so any refusal leaves it unchanged.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class ExportRequest:
     ensemble: bool = False
     ensemble_spec: Path | None = None
     ensemble_mode: str = "steps"  # steps: NAME_pre/postprocess + a Triton ensemble; fused: one graph
+    reference: Path | None = None  # drift reference rows (Parquet); None: the run's serving/reference.parquet
     force: bool = False
     formats: tuple[str, ...] = ("onnx",)
     tensorrt: PlanOptions = field(default_factory=PlanOptions)  # used with "tensorrt" in formats
@@ -67,6 +68,7 @@ class ExportResult:
     written: list[WriteResult]
     steps: list[StepStatus]
     plan_parity: ParityReport | None = None  # TensorRT engine vs ONNX Runtime, with a plan
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +86,7 @@ class ExportResult:
                 }
                 for w in self.written
             ],
+            "warnings": list(self.warnings),
             "steps": [
                 {"step": s.name, "detail": s.detail, "seconds": round(s.seconds, 3)} for s in self.steps
             ],
@@ -134,6 +137,7 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
             written=ctx.written,
             steps=timer.done,
             plan_parity=ctx.plan_parity,
+            warnings=list(ctx.warnings),
         )
 
 

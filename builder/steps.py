@@ -2,8 +2,8 @@
 
 ``ExportContext`` is built once per export and filled in as the steps run: the registry
 model, its served inputs, the native model and what it is, the parity rows, the ONNX graph,
-the parity report, the artifacts, what was written. Each step reads what earlier steps left
-and returns one status line; nothing is loaded or run twice.
+the parity report, the drift reference, the artifacts, what was written. Each step reads what
+earlier steps left and returns one status line; nothing is loaded or run twice.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from builder.feeds import Feeds, build_feeds, example_digest, example_tensors
 from builder.kinds import ModelKind
 from builder.names import validate_model_name
 from builder.parity import ParityReport, compare, require_pass, run_onnx
+from builder.reference import Drift, Source, drift_for
 from builder.registry import RegistryModel, fetch_model, tracking_uri
 from builder.repository import ModelArtifact, WriteResult, write_models
 from builder.signature import ModelInputs, inputs_from_signature
@@ -53,9 +54,11 @@ class ExportContext:
     feeds: Feeds | None = None
     onnx_model: onnx.ModelProto | None = None
     parity: ParityReport | None = None
+    drift: Drift | None = None
     artifacts: list[ModelArtifact] = field(default_factory=list)
     plan_parity: ParityReport | None = None
     written: list[WriteResult] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # printed as `warning:` lines; the export goes on
 
     # Typed views of what an earlier step must have set (a step run out of order is a bug).
     @property
@@ -240,6 +243,31 @@ class Parity(Step):
         return f"pass: {report.rows} rows ({report.source}), max abs err {worst:.2g}"
 
 
+class Reference(Step):
+    """Reference statistics of the inputs and the prediction, for drift (docs/drift.md)."""
+
+    def title(self, ctx: ExportContext) -> str:
+        return "compute drift reference"
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        source = Source(
+            run_id=ctx.registry_model.run_id,
+            inputs=ctx.served,
+            kind=ctx.model_kind,
+            graph=ctx.graph,
+            reference_file=ctx.request.reference,
+            workdir=ctx.workdir,
+        )
+        ctx.drift, warning = drift_for(source)
+        if warning is not None:
+            ctx.warnings.append(warning)
+        ref = ctx.drift.reference
+        if ref is None:
+            return f"none ({ctx.drift.reason})"
+        prediction = f" and the {ref['prediction']['name']}" if "prediction" in ref else ""
+        return f"{ref['rows']} rows, {len(ref['features'])} columns{prediction} ({ref['source']})"
+
+
 class Describe(Step):
     def title(self, ctx: ExportContext) -> str:
         return "describe config and metadata"
@@ -293,7 +321,7 @@ class Write(Step):
 
 
 def pipeline(ctx: ExportContext) -> list[Step]:
-    steps: list[Step] = [Resolve(), Load(), ParityRows(), Convert(), Parity(), Describe()]
+    steps: list[Step] = [Resolve(), Load(), ParityRows(), Convert(), Parity(), Reference(), Describe()]
     if ctx.preflight is not None:
         steps.append(Plan())
     return [*steps, Write()]

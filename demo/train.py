@@ -6,8 +6,9 @@ the gateway reads online. The model is one scikit-learn Pipeline (impute + scale
 columns, one-hot the string ones, gradient boosting), so its preprocessing is exported inside
 the ONNX graph and nothing outside the model re-implements it. The run records what serving
 needs: the feature service, the entity keys, the request-time fields and the ordered feature
-list (``feast.*`` tags), and the decision threshold (param ``decision_threshold``, which
-``builder export`` publishes as ``serving.decision_threshold``).
+list (``feast.*`` tags), the decision threshold (param ``decision_threshold``, which
+``builder export`` publishes as ``serving.decision_threshold``), and the training rows
+(``serving/reference.parquet``, the version's drift reference).
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ def train_and_register(
     from mlflow import MlflowClient
     from sklearn.metrics import roc_auc_score
 
+    from builder.reference import log_reference
     from feature_repo import store
 
     service = store.SERVICE
@@ -136,6 +138,9 @@ def train_and_register(
             }
         )
         mlflow.log_metric("test_auc", auc)
+        # The rows the model was fitted on, as it takes them: `builder export` bins them into the
+        # version's drift reference (docs/drift.md).
+        log_reference(X.iloc[:split])
         info = mlflow.sklearn.log_model(
             model,
             name="model",

@@ -4,8 +4,8 @@
 routing, dependency solving, request objects and middleware were a fifth of the gateway's GIL
 time per request at 16 clients (py-spy, ``make bench``). So that route is answered here from the
 ASGI scope directly, before the framework; everything else (``/healthz``, ``/readyz``,
-``/metrics``, 404s, the app's lifespan) goes to the FastAPI app behind it. Both only translate to
-and from the core: statuses come from the error tree (gateway/errors.py).
+``/metrics``, ``/v1/models/{model}/drift``, 404s, the app's lifespan) goes to the FastAPI app
+behind it. Both only translate to and from the core: statuses come from the error tree (gateway/errors.py).
 
 Hostile bodies are a 4xx, never a 500 (docs/gateway-limits.md): the body is bounded (``max_body_bytes``),
 must be UTF-8, and is parsed with bounded integers (``MAX_INT_DIGITS``), bounded nesting (the
@@ -29,6 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway import metrics
+from gateway.drift.monitor import off_report, window_seconds
 from gateway.errors import BadRequest, GatewayError, InvalidInput, MethodNotAllowed, TooLarge
 from gateway.request import PredictRequest, Row
 from gateway.service import Service
@@ -267,6 +268,24 @@ def create_app(service: Service) -> ASGIApp:
     async def readyz() -> JSONResponse:
         checks = await service.ready()
         return JSONResponse(checks, status_code=200 if checks["ready"] else 503)
+
+    @app.get("/v1/models/{model}/drift")
+    async def drift(model: str, request: Request, window: str = "1h") -> Response:
+        # the predict routes' auth: the report names the model's features and their traffic
+        try:
+            service.auth.check(request.headers.get("x-api-key"), request.headers.get("authorization"))
+            seconds = window_seconds(window)  # a bad window is a 400 before any lookup
+            spec = await service.predictor.spec(model)
+            report = (
+                service.drift.report(spec, window)
+                if service.drift is not None
+                else off_report(spec, window, seconds, "drift counting is off (GATEWAY_DRIFT_SAMPLE=0)")
+            )
+        except GatewayError as exc:
+            status, body, headers = error_body(exc)
+            named = {k.decode(): v.decode() for k, v in headers}
+            return Response(body, status, named, media_type="application/json")
+        return Response(to_json(report.to_dict()), media_type="application/json")
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import dataclass
+
+from prometheus_client import REGISTRY
 
 from gateway.auth import ApiKeys
 from gateway.core import Predictor
+from gateway.drift.metrics import DriftCollector
+from gateway.drift.monitor import DriftMonitor
+from gateway.drift.stats import Thresholds
 from gateway.features import OnlineFeatures
 from gateway.payload_log import PayloadLog, open_payload_log
 from gateway.request import EntityRow
@@ -20,7 +26,9 @@ class Service:
     predictor: Predictor
     auth: ApiKeys
     models: tuple[str, ...]  # what /readyz checks
-    payload_log: PayloadLog | None = None
+    drift: DriftMonitor | None = None  # None: GATEWAY_DRIFT_SAMPLE=0
+    _collector: DriftCollector | None = None
+    payload_log: PayloadLog | None = None  # None: no GATEWAY_PAYLOAD_LOG
 
     @classmethod
     async def open(cls, settings: GatewaySettings, models: tuple[str, ...]) -> Service:
@@ -37,12 +45,25 @@ class Service:
             settings.feature_reads,
         )
         triton = TritonClient(settings.triton_url, settings.triton_timeout_s, settings.triton_reconnect_max_s)
+        drift = _drift_monitor(settings)
         payload_log = open_payload_log(settings, features)
-        observers = (payload_log,) if payload_log else ()
-        predictor = Predictor(settings, triton, features, observers)
-        return cls(settings, predictor, ApiKeys.from_settings(settings), models, payload_log)
+        observers = tuple(o for o in (drift, payload_log) if o is not None)
+        service = cls(
+            settings,
+            Predictor(settings, triton, features, observers),
+            ApiKeys.from_settings(settings),
+            models,
+            drift,
+            payload_log=payload_log,
+        )
+        if drift is not None:
+            service._collector = _register(drift)
+        return service
 
     async def close(self) -> None:
+        if self._collector is not None:
+            REGISTRY.unregister(self._collector)
+            self._collector = None
         await self.predictor.triton.close()
         if self.payload_log is not None:  # writes what is queued, within its close_s
             await asyncio.to_thread(self.payload_log.close)
@@ -64,3 +85,22 @@ class Service:
                 checks[f"model:{model}"] = f"not ready: {getattr(exc, 'message', exc)}"
         checks["ready"] = all(v is True for v in checks.values())
         return checks
+
+
+def _drift_monitor(settings: GatewaySettings) -> DriftMonitor | None:
+    if settings.drift_sample <= 0:
+        return None
+    thresholds = Thresholds(settings.drift_psi_warn, settings.drift_psi_alert, settings.drift_min_rows)
+    return DriftMonitor(settings.drift_sample, thresholds)
+
+
+def _register(drift: DriftMonitor) -> DriftCollector | None:
+    """The monitor's metrics on /metrics; a second Service in one process (a test, a CLI opening
+    one beside a server) keeps its counts and endpoint but cannot share the metric names."""
+    collector = DriftCollector(drift)
+    try:
+        REGISTRY.register(collector)
+    except ValueError:
+        logging.getLogger("gateway").warning("drift metrics are already registered in this process")
+        return None
+    return collector

@@ -45,10 +45,14 @@ def _frame(rows: int, seed: int) -> pd.DataFrame:
     )
 
 
-def _log_sklearn(name: str, model: Any, example: Any) -> None:
+def _log_sklearn(name: str, model: Any, example: Any, reference: pd.DataFrame | None = None) -> None:
     import mlflow
 
+    from builder.reference import log_reference
+
     with mlflow.start_run():
+        if reference is not None:  # the training frame, for drift (docs/drift.md)
+            log_reference(reference)
         info = mlflow.sklearn.log_model(
             model,
             name="model",
@@ -87,7 +91,7 @@ def column_transformer_binary(name: str) -> Typed:
     X = _frame(400, 0)
     y = ((X.country == "br") | (X.merchant_risk > 0.7)).astype(int)
     model = _tabular_pipeline(GradientBoostingClassifier(n_estimators=20, max_depth=3)).fit(X, y)
-    _log_sklearn(name, model, X.iloc[:5])
+    _log_sklearn(name, model, X.iloc[:5], reference=X)
     fresh = _frame(24, 9)
     fresh.loc[[0, 5], "country"] = "never-seen"  # an unknown category: all-zero one-hot
     fresh.loc[[1, 2], "amount"] = np.nan  # imputed by the pipeline
@@ -101,7 +105,7 @@ def column_transformer_multiclass_strings(name: str) -> Typed:
     X = _frame(400, 1)
     y = np.where(X.merchant_risk > 0.66, "high", np.where(X.merchant_risk > 0.33, "medium", "low"))
     model = _tabular_pipeline(RandomForestClassifier(n_estimators=15, max_depth=6, random_state=0)).fit(X, y)
-    _log_sklearn(name, model, X.iloc[:5])
+    _log_sklearn(name, model, X.iloc[:5], reference=X)
     return Typed(name, model, _frame(24, 10), "multiclass")
 
 
@@ -111,7 +115,7 @@ def column_transformer_regressor(name: str) -> Typed:
     X = _frame(400, 2)
     y = 0.1 * X.amount.to_numpy() + 5 * (X.country == "jp") + X.n_items.to_numpy()
     model = _tabular_pipeline(Ridge()).fit(X, y)
-    _log_sklearn(name, model, X.iloc[:5])
+    _log_sklearn(name, model, X.iloc[:5], reference=X)
     return Typed(name, model, _frame(24, 11), "regression")
 
 

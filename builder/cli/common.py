@@ -18,6 +18,12 @@ def emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
+def print_warnings(warnings: list[str]) -> None:
+    """One ``warning:`` line each, on stderr: something the user should know, not a failure."""
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/] {warning}", soft_wrap=True)
+
+
 def run_json_aware(json_output: bool, fn: Callable[[], Any]) -> Any:
     """Run ``fn``; with --json a BuilderError is printed as a JSON object on stdout too."""
     try:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from builder.cli.common import console, emit_json, run_json_aware
+from builder.cli.common import console, emit_json, print_warnings, run_json_aware
 from builder.cli.main import app
 from builder.config import ServingOptions, VersionPolicy
 from builder.parity import DEFAULT_ATOL, DEFAULT_RTOL
@@ -54,6 +54,13 @@ def export(
     ] = "steps",
     ensemble_spec: Annotated[
         Path | None, typer.Option(help="Ensemble JSON spec (default: the run's serving/ensemble.json)")
+    ] = None,
+    reference: Annotated[
+        Path | None,
+        typer.Option(
+            help="Drift reference rows, Parquet, one column per model input "
+            "(default: the run's serving/reference.parquet)"
+        ),
     ] = None,
     atol: Annotated[float, typer.Option(help="Parity: absolute tolerance")] = DEFAULT_ATOL,
     rtol: Annotated[float, typer.Option(help="Parity: relative tolerance")] = DEFAULT_RTOL,
@@ -137,6 +144,7 @@ def export(
             ensemble=ensemble,
             ensemble_mode=ensemble_mode,
             ensemble_spec=ensemble_spec,
+            reference=reference,
             force=force,
             formats=("onnx", "tensorrt") if "all" in formats else tuple(dict.fromkeys(formats)),
             tensorrt=PlanOptions(
@@ -151,12 +159,14 @@ def export(
         )
         if json_output:
             result = export_model(request)
+            print_warnings(result.warnings)  # stderr: stdout stays one JSON object
             emit_json({"ok": True, **result.to_dict()})
             return
         with console.status("exporting") as status:
             result = export_model(request, progress=lambda step: status.update(f"{step} …"))
         for step in result.steps:
             console.print(f"[green]✓[/] {step.name}: {step.detail} [dim]({step.seconds:.2f}s)[/]")
+        print_warnings(result.warnings)
         table = Table(title=f"{result.name} version {result.version} → {repo}")
         for col in ("model", "version", "status", "files"):
             table.add_column(col)

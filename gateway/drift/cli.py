@@ -1,12 +1,30 @@
 """``gateway drift``: each served model's drift, window vs reference, as a table (or ``--json``).
 
+It reads a running gateway's ``GET /v1/models/{model}/drift`` (what the gateway counted is in
+that process), one request per model. Exit codes, so a cron job or a pipeline can act on them:
+
+- 0: no model alerts (ok, warn, not enough rows yet, or drift off);
+- 3: some model's verdict is ``alert`` (PSI >= ``GATEWAY_DRIFT_PSI_ALERT`` in some feature or the
+  prediction);
+- 1: the gateway is unreachable, or refused (unknown model 404, a missing key 401, a 5xx);
+- 2: a usage error (a window the gateway refuses, 400; a bad option).
+
 Subcommands live beside it: ``gateway drift report`` (gateway/payload_log/cli.py) turns the
 payload log into an HTML report.
 """
 
 from __future__ import annotations
 
+import json
+import sys
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
 
 drift_app = typer.Typer(
     help="Drift of what the models see against their training reference (docs/drift.md).",
@@ -15,10 +33,128 @@ drift_app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+EXIT_ALERT = 3
+_STYLE = {"alert": "bold red", "warn": "yellow", "ok": "green", "insufficient": "dim", "off": "dim"}
+
+
+class Refused(Exception):
+    """The gateway did not answer with a report; ``code`` is the exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def fetch_report(url: str, model: str, window: str, api_key: str | None, timeout: float = 10.0) -> dict:
+    """One model's drift report from the gateway at ``url``; Refused when there is none."""
+    query = urllib.parse.urlencode({"window": window})
+    target = f"{url.rstrip('/')}/v1/models/{urllib.parse.quote(model, safe='')}/drift?{query}"
+    request = urllib.request.Request(target, headers={"x-api-key": api_key} if api_key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return dict(json.loads(response.read()))
+    except urllib.error.HTTPError as exc:
+        try:
+            body = json.loads(exc.read())
+            reason = body.get("error") or body.get("detail") or exc.reason
+        except (ValueError, AttributeError):
+            reason = exc.reason
+        raise Refused(
+            f"{model}: the gateway answered {exc.code}: {reason}", 2 if exc.code == 400 else 1
+        ) from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        why = getattr(exc, "reason", exc)
+        raise Refused(f"the gateway at {url} is unreachable: {why}", 1) from None
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _signed(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.3f}"
+
+
+def table(report: dict[str, Any], version: dict[str, Any]) -> Table:
+    """One version's drift as a rich table: a row per feature, then the prediction."""
+    title = (
+        f"{report['model']} version {version['version']}: {version['rows']} rows in {report['window']}, "
+        f"verdict [{_STYLE.get(version['verdict'], '')}]{version['verdict']}[/]"
+    )
+    out = Table(title=title, title_justify="left")
+    for col in ("feature", "PSI", "χ² p", "KS (crit.)", "null rate Δ", "verdict"):
+        out.add_column(col, justify="left" if col in ("feature", "verdict") else "right")
+    rows = [*version["features"], *([version["prediction"]] if version.get("prediction") else [])]
+    for i, f in enumerate(rows):
+        name = f"{f['name']} (prediction)" if i == len(version["features"]) else f["name"]
+        ks = "-" if f["ks"] is None else f"{f['ks']:.3f} ({_num(f['ks_critical'])})"
+        style = _STYLE.get(f["verdict"], "")
+        out.add_row(
+            name,
+            _num(f["psi"]),
+            _num(f["chi2_p"], 4),
+            ks,
+            _signed(f["null_rate_change"]),
+            f"[{style}]{f['verdict']}[/]",
+        )
+    return out
+
+
+def exit_code(reports: list[dict[str, Any]]) -> int:
+    return EXIT_ALERT if any(r["verdict"] == "alert" for r in reports) else 0
+
 
 @drift_app.callback()
-def drift(ctx: typer.Context) -> None:
-    """Show each model's drift table (TODO: built in the drift-gw branch)."""
-    if ctx.invoked_subcommand is None:
-        typer.echo("gateway drift: not built yet", err=True)
-        raise typer.Exit(2)
+def drift(
+    ctx: typer.Context,
+    url: Annotated[str, typer.Option(help="The gateway's HTTP address")] = "http://127.0.0.1:8080",
+    model: Annotated[
+        list[str] | None, typer.Option("--model", help="Model(s) to report [GATEWAY_MODELS]")
+    ] = None,
+    window: Annotated[str, typer.Option(help="How far back: 5m, 1h, 24h (1m to 24h)")] = "1h",
+    json_output: Annotated[bool, typer.Option("--json", help="Print the reports as JSON")] = False,
+    api_key: Annotated[
+        str | None, typer.Option(envvar="GATEWAY_API_KEY", help="Key for a gateway with auth on")
+    ] = None,
+) -> None:
+    """Each model's drift, window vs training reference: exit 0 no alert, 3 alert, 1 unreachable
+    or refused, 2 usage."""
+    if ctx.invoked_subcommand is not None:
+        return
+    console = Console(stderr=True, highlight=False)
+    models = model or _default_models()
+    try:
+        reports = [fetch_report(url, m, window, api_key) for m in models]
+    except Refused as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(exc.code) from None
+    if json_output:
+        sys.stdout.write(json.dumps({"reports": reports}, indent=2) + "\n")
+    else:
+        out = Console(highlight=False)
+        for report in reports:
+            for version in report["versions"]:
+                if version["verdict"] == "off":
+                    out.print(
+                        f"{report['model']} version {version['version']}: drift off ({version.get('reason')})"
+                    )
+                    continue
+                out.print(table(report, version))
+            out.print(f"{report['model']}: [{_STYLE.get(report['verdict'], '')}]{report['verdict']}[/]")
+    raise typer.Exit(exit_code(reports))
+
+
+def _default_models() -> list[str]:
+    """The models the gateway serves by the same setting (``GATEWAY_MODELS``)."""
+    from pydantic import ValidationError
+
+    from gateway.settings import GatewaySettings
+
+    try:
+        return list(GatewaySettings.model_validate({}).models)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        Console(stderr=True).print(
+            f"[bold red]error:[/] setting {'.'.join(map(str, first['loc']))}: {first['msg']}"
+        )
+        raise typer.Exit(2) from None

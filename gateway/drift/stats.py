@@ -1,0 +1,167 @@
+"""Drift statistics of a window's counts against the reference's, per binned distribution.
+
+All statistics read the same bins (the reference's, then the null bin last; gateway/drift/counts.py):
+
+- **PSI** ``sum((q - p) * ln(q / p))`` over every bin, the null bin included (a column that goes
+  null is drift the model sees: its imputer fills it). ``p``/``q`` are the reference's and the
+  window's shares; a share of 0 is raised to ``EPS`` = 1e-4 (a bin empty on one side would
+  otherwise make PSI infinite; 1e-4 is the usual choice, and keeps a bin the window leaves
+  empty, of reference share ``p``, at ``p * ln(p / 1e-4)``).
+- **χ²** (categoricals): Pearson's goodness of fit of the window's counts to the reference's
+  shares (``scipy.stats.chisquare``), over the bins either side has rows in; a reference share
+  of 0 is raised to ``EPS`` (then renormalized) so a category the training data never had still
+  yields a finite statistic. p-value with ``bins - 1`` degrees of freedom.
+- **KS bound** (numerics): ``max |F_window - F_reference|`` over the bin edges, of the non-null
+  rows' CDFs. It is the two-sample KS statistic evaluated at the edges only, so a lower bound
+  of the exact one; compared with the two-sample critical value at alpha = 0.05,
+  ``1.358 * sqrt((n + m) / (n m))``.
+- **Null rate**: window's share of nulls, the reference's, and their difference.
+
+The verdict is PSI's (χ² and KS flag any difference once the window is large, so they are
+context, not alarms): ``insufficient`` below ``min_rows`` window rows, else ``ok``, ``warn``
+(PSI >= ``psi_warn``) or ``alert`` (PSI >= ``psi_alert``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+import numpy as np
+from scipy import stats as sps
+
+from gateway.drift.reference import Binned
+
+EPS: Final = 1e-4
+KS_ALPHA: Final = 0.05
+KS_C: Final = math.sqrt(-math.log(KS_ALPHA / 2) / 2)  # 1.358
+
+Verdict = Literal["off", "insufficient", "ok", "warn", "alert"]
+# The gauge's value per verdict (docs/drift.md §2); "off" has no gauge.
+STATUS: Final[dict[str, int]] = {"insufficient": -1, "ok": 0, "warn": 1, "alert": 2}
+_RANK: Final = ("off", "insufficient", "ok", "warn", "alert")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    psi_warn: float = 0.1
+    psi_alert: float = 0.2
+    min_rows: int = 500
+
+
+def _shares(counts: np.ndarray) -> np.ndarray:
+    total = counts.sum()
+    return counts / total if total > 0 else np.zeros_like(counts, dtype=np.float64)
+
+
+def psi(reference: np.ndarray, window: np.ndarray, eps: float = EPS) -> float:
+    """Population stability index of ``window``'s counts against ``reference``'s (same bins)."""
+    p = np.maximum(_shares(reference.astype(np.float64)), eps)
+    q = np.maximum(_shares(window.astype(np.float64)), eps)
+    return float(np.sum((q - p) * np.log(q / p)))
+
+
+def chi_square(reference: np.ndarray, window: np.ndarray, eps: float = EPS) -> tuple[float, float]:
+    """Pearson's χ² of ``window``'s counts against ``reference``'s shares, and its p-value."""
+    used = (reference > 0) | (window > 0)
+    if used.sum() < 2:  # one bin: nothing to compare
+        return 0.0, 1.0
+    p = np.maximum(_shares(reference[used].astype(np.float64)), eps)
+    observed = window[used].astype(np.float64)
+    expected = p / p.sum() * observed.sum()
+    result = sps.chisquare(observed, expected)
+    return float(result.statistic), float(result.pvalue)
+
+
+def ks_bound(reference: np.ndarray, window: np.ndarray) -> tuple[float, float]:
+    """Binned two-sample KS statistic over the non-null bins, and its critical value at alpha 0.05."""
+    n, m = float(reference.sum()), float(window.sum())
+    if n == 0 or m == 0:
+        return 0.0, math.inf
+    d = float(np.abs(np.cumsum(window) / m - np.cumsum(reference) / n)[:-1].max(initial=0.0))
+    return d, KS_C * math.sqrt((n + m) / (n * m))
+
+
+def verdict_of(psi_value: float | None, rows: int, thresholds: Thresholds) -> Verdict:
+    if rows < thresholds.min_rows or psi_value is None:
+        return "insufficient"
+    if psi_value >= thresholds.psi_alert:
+        return "alert"
+    return "warn" if psi_value >= thresholds.psi_warn else "ok"
+
+
+def worst(verdicts: list[Verdict]) -> Verdict:
+    """The most severe verdict (alert > warn > ok > insufficient > off); ``off`` for none."""
+    return max(verdicts, key=_RANK.index, default="off")
+
+
+@dataclass(frozen=True)
+class Drift:
+    """One distribution's drift in a window."""
+
+    name: str
+    kind: str
+    rows: int
+    psi: float | None
+    chi2: float | None  # categoricals
+    chi2_p: float | None
+    ks: float | None  # numerics
+    ks_critical: float | None
+    null_rate: float | None
+    null_rate_reference: float
+    verdict: Verdict
+
+    @property
+    def null_rate_change(self) -> float | None:
+        return None if self.null_rate is None else self.null_rate - self.null_rate_reference
+
+    def to_dict(self) -> dict[str, Any]:
+        def num(x: float | None) -> float | None:  # JSON has no inf/NaN
+            return None if x is None or not math.isfinite(x) else round(x, 6)
+
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "rows": self.rows,
+            "psi": num(self.psi),
+            "chi2": num(self.chi2),
+            "chi2_p": num(self.chi2_p),
+            "ks": num(self.ks),
+            "ks_critical": num(self.ks_critical),
+            "null_rate": num(self.null_rate),
+            "null_rate_reference": num(self.null_rate_reference),
+            "null_rate_change": num(self.null_rate_change),
+            "verdict": self.verdict,
+        }
+
+
+def drift_of(binned: Binned, window: np.ndarray, thresholds: Thresholds) -> Drift:
+    """``binned``'s drift given the window's counts in its bins (null bin last)."""
+    reference = binned.expected
+    rows = int(window.sum())
+    ref_rows = float(reference.sum())
+    null_ref = float(reference[-1] / ref_rows) if ref_rows else 0.0
+    if rows == 0:
+        return Drift(
+            binned.name, binned.kind, 0, None, None, None, None, None, None, null_ref, "insufficient"
+        )
+    value = psi(reference, window)
+    chi2 = chi2_p = ks = ks_critical = None
+    if binned.kind == "categorical":
+        chi2, chi2_p = chi_square(reference, window)
+    else:
+        ks, ks_critical = ks_bound(reference[:-1], window[:-1])
+    return Drift(
+        binned.name,
+        binned.kind,
+        rows,
+        value,
+        chi2,
+        chi2_p,
+        ks,
+        ks_critical,
+        float(window[-1] / rows),
+        null_ref,
+        verdict_of(value, rows, thresholds),
+    )
