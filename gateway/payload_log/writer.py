@@ -143,7 +143,10 @@ class PayloadLog:
                     self._failing = True
                     log.error(
                         "payload log: cannot write %s rows (%s: %s); counting rows as failed until "
-                        "it can again", spec.name, type(exc).__name__, exc,
+                        "it can again",
+                        spec.name,
+                        type(exc).__name__,
+                        exc,
                     )
                 continue
             metrics.PAYLOAD_LOG_ROWS.labels("written").inc(rows)

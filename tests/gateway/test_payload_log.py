@@ -71,8 +71,15 @@ def bodies(first: int, count: int) -> list[list[dict[str, Any]]]:
         rows = []
         for j in range(1 + i % 3):
             user, merchant = PAIRS[(i + j) % 3]
-            rows.append({"user_id": user, "merchant_id": merchant, "amount": 10.0 + n * 0.5,
-                         "hour": (n * 5) % 24, "channel": ("web", "app", "pos")[n % 3]})
+            rows.append(
+                {
+                    "user_id": user,
+                    "merchant_id": merchant,
+                    "amount": 10.0 + n * 0.5,
+                    "hour": (n * 5) % 24,
+                    "channel": ("web", "app", "pos")[n % 3],
+                }
+            )
             n += 1
         out.append(rows)
     return out

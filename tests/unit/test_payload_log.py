@@ -51,8 +51,11 @@ COLUMNS = [
     "merchant_id",
     *(
         f"{view}__{f}{suffix}"
-        for f, view in [("tx_last_24h", "user_stats"), ("avg_amount_30d", "user_stats"),
-                        ("merchant_category", "merchant_stats")]
+        for f, view in [
+            ("tx_last_24h", "user_stats"),
+            ("avg_amount_30d", "user_stats"),
+            ("merchant_category", "merchant_stats"),
+        ]
         for suffix in ("", "__timestamp", "__status")
     ),
     "amount",
