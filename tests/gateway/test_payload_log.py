@@ -188,3 +188,23 @@ def test_serving_goes_on_while_the_log_cannot_be_written(logged: tuple[servers.G
     assert http(gw, rows).status_code == 200
     wait_for(gw, "written", written + len(rows))
     assert "payload log: writing again" in gw.log_text()
+
+
+def test_the_report_reads_the_real_log_against_the_exported_reference(
+    stack: Stack, logged: tuple[servers.Gateway, Path], tmp_path: Path
+):
+    from typer.testing import CliRunner
+
+    from gateway.cli import app
+
+    gw, log = logged
+    before = counted(gw, "written")
+    assert http(gw, bodies(500, 1)[0]).status_code == 200
+    wait_for(gw, "written", before + 1)
+    out = tmp_path / "report.html"
+    args = ["drift", "report", "--log", str(log), "--repo", str(stack.model_repo), "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0 and "no reference" not in result.output, result.output
+    html = out.read_text()
+    for name in (*stack.trained.columns, "score"):  # every model column, and the prediction
+        assert f"<h3>{name}</h3><svg" in html, name
