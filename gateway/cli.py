@@ -41,7 +41,8 @@ def _settings(**overrides: Any) -> Any:
         return GatewaySettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         first = exc.errors()[0]
-        console.print(f"[bold red]error:[/] setting {'.'.join(map(str, first['loc']))}: {first['msg']}")
+        where = f"setting {'.'.join(map(str, first['loc']))}: " if first["loc"] else ""
+        console.print(f"[bold red]error:[/] {where}{first['msg']}")
         sys.exit(2)
 
 

@@ -181,8 +181,13 @@ class Predictor:
                 )
             )
         if self.observers:
-            entities = [entity_rows[i] for i in rows] if len(rows) < len(entity_rows) else entity_rows
-            seen = Observation(spec, ran or spec.version, inputs, scored, entities)
+            times = fetched.times
+            entities = entity_rows
+            if len(rows) < len(entity_rows):
+                entities = [entity_rows[i] for i in rows]
+                times = {k: [v[i] for i in rows] for k, v in times.items()}
+            sizes = tuple(item.rows for item, _ in served)
+            seen = Observation(spec, ran or spec.version, inputs, scored, entities, time.time(), sizes, times)
             asyncio.get_running_loop().call_soon(notify, self.observers, seen)
 
     async def _infer(

@@ -24,7 +24,7 @@ import os
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ class FeatureRows:
     values: dict[str, list[Any]]  # feature name -> one value per row (None when missing)
     missing: list[list[str]]  # per row: the features the store had no value for
     oldest_epoch_s: list[float | None]  # per row: event time of its oldest value
+    # feature name -> per row, the event time of its value (None when missing); for watchers
+    times: dict[str, list[Any]] = field(default_factory=dict)
 
 
 class OnlineFeatures:
@@ -89,6 +91,16 @@ class OnlineFeatures:
                     types[key] = _key_type(column.dtype.to_value_type().name)
             self._key_types[service_name] = types
         return self._key_types[service_name]
+
+    def feature_views(self, service_name: str) -> dict[str, str]:
+        """The service's features -> the name of the view each comes from, as Feast's feature
+        logging names it (the projection's alias, else the view's name). Registry read, cached
+        with the service."""
+        return {
+            feature.name: projection.name_to_use()
+            for projection in self.service(service_name).feature_view_projections
+            for feature in projection.features
+        }
 
     async def key_types(self, service_name: str) -> dict[str, str]:
         """``entity_key_types`` off the event loop (the first call reads the registry)."""
@@ -191,7 +203,8 @@ def _rows(data: dict[str, list[Any]], n: int, keys: set[str]) -> FeatureRows:
         for i, ts in enumerate(data.get(f"{name}__ts", [])):
             if ts:
                 oldest[i] = ts if oldest[i] is None else min(ts, oldest[i])
-    return FeatureRows(values={k: data[k] for k in names}, missing=missing, oldest_epoch_s=oldest)
+    times = {k: data[f"{k}__ts"] for k in names if f"{k}__ts" in data}
+    return FeatureRows({k: data[k] for k in names}, missing, oldest, times)
 
 
 def age_seconds(oldest_epoch_s: list[float | None]) -> float:

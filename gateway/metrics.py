@@ -24,3 +24,8 @@ IN_FLIGHT = Gauge("gateway_requests_in_flight", "Requests being served")
 OBSERVER_ERRORS = Counter(
     "gateway_observer_errors_total", "Watchers (drift, payload log) that raised on a batch", ["observer"]
 )
+PAYLOAD_LOG_ROWS = Counter(
+    "gateway_payload_log_rows", "Payload log rows by outcome (written, dropped, failed)", ["outcome"]
+)
+for _outcome in ("written", "dropped", "failed"):  # exported at 0 from the start, so rates work
+    PAYLOAD_LOG_ROWS.labels(_outcome)

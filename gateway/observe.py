@@ -34,6 +34,10 @@ class Observation:
     predictions: Sequence[Prediction]
     entity_rows: Sequence[EntityRow]
     at: float = field(default_factory=time.time)  # epoch seconds
+    # Rows of each request the batch served, in order (they sum to ``rows``); empty: one request.
+    request_rows: tuple[int, ...] = ()
+    # Online feature -> per row, the event time (epoch s) of the value the store had, or None.
+    feature_times: Mapping[str, Sequence[float | None]] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:

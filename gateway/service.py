@@ -14,6 +14,7 @@ from gateway.drift.metrics import DriftCollector
 from gateway.drift.monitor import DriftMonitor
 from gateway.drift.stats import Thresholds
 from gateway.features import OnlineFeatures
+from gateway.payload_log import PayloadLog, open_payload_log
 from gateway.request import EntityRow
 from gateway.settings import GatewaySettings
 from gateway.triton import TritonClient
@@ -27,6 +28,7 @@ class Service:
     models: tuple[str, ...]  # what /readyz checks
     drift: DriftMonitor | None = None  # None: GATEWAY_DRIFT_SAMPLE=0
     _collector: DriftCollector | None = None
+    payload_log: PayloadLog | None = None  # None: no GATEWAY_PAYLOAD_LOG
 
     @classmethod
     async def open(cls, settings: GatewaySettings, models: tuple[str, ...]) -> Service:
@@ -44,13 +46,15 @@ class Service:
         )
         triton = TritonClient(settings.triton_url, settings.triton_timeout_s, settings.triton_reconnect_max_s)
         drift = _drift_monitor(settings)
-        observers = (drift,) if drift is not None else ()
+        payload_log = open_payload_log(settings, features)
+        observers = tuple(o for o in (drift, payload_log) if o is not None)
         service = cls(
             settings,
             Predictor(settings, triton, features, observers),
             ApiKeys.from_settings(settings),
             models,
             drift,
+            payload_log=payload_log,
         )
         if drift is not None:
             service._collector = _register(drift)
@@ -61,6 +65,8 @@ class Service:
             REGISTRY.unregister(self._collector)
             self._collector = None
         await self.predictor.triton.close()
+        if self.payload_log is not None:  # writes what is queued, within its close_s
+            await asyncio.to_thread(self.payload_log.close)
 
     async def ready(self) -> dict[str, object]:
         """Ready = Triton live, every model ready in Triton, and the online store answering."""

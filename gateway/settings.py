@@ -74,5 +74,28 @@ class GatewaySettings(BaseSettings):
             )
         return self
 
+    # The payload log (gateway/payload_log/): sampled rows and predictions as Parquet, in Feast's
+    # feature-logging layout. Off unless set: payloads are user data, so keeping them is a
+    # decision (retention, access, consent) the operator makes, not a default. A local folder or
+    # an object-store URL (file://, s3://, gs://; pyarrow.fs resolves it and its credentials).
+    payload_log: str | None = None
+    payload_log_sample: float = Field(1.0, gt=0, le=1)  # share of served rows logged
+    # Rows waiting for the writer; a full queue drops rows (counted), never delays a request.
+    payload_log_queue_rows: int = Field(20_000, gt=0)
+    payload_log_flush_rows: int = Field(5_000, gt=0)  # a file per this many rows...
+    payload_log_flush_s: float = Field(10.0, gt=0)  # ...or per this many seconds, whichever first
+    payload_log_close_s: float = Field(5.0, ge=0)  # how long shutdown waits to write what is queued
+    # Entity keys as HMAC-SHA256(salt, str(key)) hex: joinable across the log, not readable.
+    # A salt is required (an unsalted hash of a small integer id is reversed by enumeration).
+    payload_log_hash_keys: bool = False
+    payload_log_salt: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _salted(self) -> GatewaySettings:
+        salt = self.payload_log_salt.get_secret_value() if self.payload_log_salt else ""
+        if self.payload_log_hash_keys and not salt:
+            raise ValueError("GATEWAY_PAYLOAD_LOG_HASH_KEYS needs GATEWAY_PAYLOAD_LOG_SALT")
+        return self
+
     def missing_policy(self, model: str) -> str:
         return self.missing_entities_by_model.get(model, self.missing_entities)

@@ -1,1 +1,37 @@
-"""The payload log: sampled feature rows and predictions, written asynchronously as Parquet."""
+"""The payload log: sampled feature rows and predictions, written asynchronously as Parquet.
+
+Off unless ``GATEWAY_PAYLOAD_LOG`` names a folder or URL. Layout: gateway/payload_log/layout.py
+(columns) and sink.py (files); the observer and its writer thread: writer.py; the HTML report
+(``gateway drift report``): report.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway.payload_log.sink import ParquetSink
+from gateway.payload_log.writer import LogConfig, PayloadLog
+
+if TYPE_CHECKING:
+    from gateway.features import OnlineFeatures
+    from gateway.settings import GatewaySettings
+
+__all__ = ["LogConfig", "ParquetSink", "PayloadLog", "open_payload_log"]
+
+
+def open_payload_log(settings: GatewaySettings, features: OnlineFeatures) -> PayloadLog | None:
+    """The configured payload log (its writer thread started), or None when it is off."""
+    if not settings.payload_log:
+        return None
+    salt = None
+    if settings.payload_log_hash_keys and settings.payload_log_salt:  # settings refuse one without
+        salt = settings.payload_log_salt.get_secret_value().encode()
+    config = LogConfig(
+        sample=settings.payload_log_sample,
+        queue_rows=settings.payload_log_queue_rows,
+        flush_rows=settings.payload_log_flush_rows,
+        flush_s=settings.payload_log_flush_s,
+        close_s=settings.payload_log_close_s,
+        salt=salt,
+    )
+    return PayloadLog(config, ParquetSink(settings.payload_log), features.feature_views)

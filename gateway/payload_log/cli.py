@@ -1,11 +1,83 @@
-"""``gateway drift report``: the payload log since a time, as an HTML report."""
+"""``gateway drift report``: the payload log since a time, as an HTML report.
+
+Exit codes: 0 the report is written; 1 nothing to report (no log there, no rows in the window,
+the file cannot be written); 2 a usage error (a bad ``--since``, no ``--log``, a log of several
+models and no ``--model``, a ``--repo`` that is not a folder).
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import re
+from pathlib import Path
+from typing import Annotated
+
 import typer
 
+_SPAN = re.compile(r"^(\d+(?:\.\d+)?)([smhd])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
-def report() -> None:
-    """Turn the payload log into an HTML drift report (TODO: built in the payload-log branch)."""
-    typer.echo("gateway drift report: not built yet", err=True)
-    raise typer.Exit(2)
+
+def parse_since(text: str, now: dt.datetime) -> dt.datetime:
+    """``30m``/``1h``/``7d`` before ``now``, or an ISO date/time (UTC unless it says otherwise)."""
+    span = _SPAN.match(text.strip())
+    if span:
+        return now - dt.timedelta(seconds=float(span.group(1)) * _UNIT[span.group(2)])
+    try:
+        at = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"--since {text!r} is neither a span (30m, 1h, 7d) nor an ISO time") from None
+    return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def report(
+    log: Annotated[
+        str | None,
+        typer.Option(
+            help="The payload log: a folder or URL (default: GATEWAY_PAYLOAD_LOG)",
+            envvar="GATEWAY_PAYLOAD_LOG",
+        ),
+    ] = None,
+    since: Annotated[str, typer.Option(help="Rows logged since: 30m, 1h, 7d or an ISO time")] = "1h",
+    model: Annotated[str | None, typer.Option(help="The model (needed when the log has several)")] = None,
+    repo: Annotated[
+        Path | None, typer.Option(help="Model repository whose metadata.json holds each version's reference")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="The HTML file to write")] = Path("drift-report.html"),
+    min_rows: Annotated[int, typer.Option(help="Rows below which a feature gets no verdict")] = 500,
+) -> None:
+    """Turn the payload log into an HTML drift report: each version's logged rows against its reference."""
+    from gateway.drift.stats import Thresholds
+    from gateway.payload_log.html import render
+    from gateway.payload_log.report import ReportError, build_report
+
+    if not log:
+        raise _fail("no payload log: pass --log DIR|URL or set GATEWAY_PAYLOAD_LOG", 2)
+    now = dt.datetime.now(dt.UTC)
+    try:
+        start = parse_since(since, now)
+    except ValueError as exc:
+        raise _fail(str(exc), 2) from None
+    if repo is not None and not repo.is_dir():
+        raise _fail(f"--repo {repo} is not a folder", 2)
+    try:
+        built = build_report(
+            log, model, start, now + dt.timedelta(seconds=1), repo, Thresholds(min_rows=min_rows)
+        )
+    except ReportError as exc:
+        raise _fail(str(exc), exc.code) from None
+    except OSError as exc:  # pyarrow's filesystem errors (a URL it cannot reach, no credentials)
+        raise _fail(f"cannot read the payload log at {log}: {exc}", 1) from None
+    try:
+        out.write_text(render(built), encoding="utf-8")
+    except OSError as exc:
+        raise _fail(f"cannot write {out}: {exc.strerror or exc}", 1) from None
+    rows = sum(v.rows for v in built.versions)
+    missing = [v.version for v in built.versions if v.reference is None]
+    note = f"; no reference for version(s) {', '.join(missing)}" if missing else ""
+    typer.echo(f"wrote {out}: {built.model}, {rows} rows, {len(built.versions)} version(s){note}")

@@ -1,0 +1,142 @@
+"""One served batch's sampled rows as an Arrow table in Feast's feature-logging layout.
+
+Feast's feature server logs a feature service's rows with the columns
+``feast.feature_logging.FeatureServiceLoggingSource.get_schema`` lists: each join key, then per
+feature ``{view}__{feature}``, ``{view}__{feature}__timestamp`` and ``{view}__{feature}__status``
+(``FieldStatus``: 1 PRESENT, 3 NOT_FOUND), then ``__log_timestamp``, ``__log_date`` and
+``__request_id``. We write the same, so Feast's monitoring (pointed at the folder as a
+``FileLoggingDestination``) and any Parquet reader (pandas, Evidently, DuckDB) read it, plus:
+
+- request-time fields under their own names (as Feast names a request source's fields);
+- our prediction columns: ``__model``, ``__model_version``, and by kind ``__score`` (binary),
+  ``__label`` (classifiers, the class value in its own type), ``__probabilities`` (classifiers,
+  in ``classes`` order), ``__value`` (regression), and ``__defaults_used``.
+
+Values are what the model was sent (float32 in the matrix layout), except that a missing online
+value is null with status NOT_FOUND, where Triton got its stand-in (NaN, ``""``). ``__log_date``
+(UTC) is a column of every file, as in Feast's schema, and also the Hive partition folder
+``log_date=YYYY-MM-DD`` (gateway/payload_log/sink.py says why not ``__log_date=``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import numpy as np
+import pyarrow as pa
+
+from gateway.catalog import ModelSpec
+from gateway.observe import Observation
+
+PRESENT: Final = 1  # feast.protos.feast.serving.ServingService_pb2.FieldStatus
+NOT_FOUND: Final = 3
+LOG_TIMESTAMP: Final = "__log_timestamp"  # feast.feature_logging.LOG_TIMESTAMP_FIELD
+LOG_DATE: Final = "__log_date"  # feast.feature_logging.LOG_DATE_FIELD
+REQUEST_ID: Final = "__request_id"  # feast.feature_logging.REQUEST_ID_FIELD
+MODEL: Final = "__model"
+VERSION: Final = "__model_version"
+TIMESTAMP_TYPE: Final = pa.timestamp("us", tz="UTC")
+
+_ARROW: Final = {"float32": pa.float32(), "int64": pa.int64(), "bool": pa.bool_(), "string": pa.string()}
+
+
+def feature_column(view: str, feature: str) -> str:
+    """The log column of an online feature, as Feast's feature logging names it."""
+    return f"{view}__{feature}"
+
+
+def log_date(epoch_s: float) -> dt.date:
+    """The UTC day a row logged at ``epoch_s`` belongs to (its ``__log_date`` and folder)."""
+    return dt.datetime.fromtimestamp(epoch_s, dt.UTC).date()
+
+
+def hash_key(salt: bytes, value: object) -> str:
+    """An entity key as the log keeps it when hashing is on: HMAC-SHA256(salt, str(value)), hex."""
+    return hmac.new(salt, str(value).encode(), hashlib.sha256).hexdigest()
+
+
+def to_table(
+    observation: Observation, rows: np.ndarray, views: Mapping[str, str], salt: bytes | None
+) -> pa.Table:
+    """The ``rows`` (indices) of ``observation`` as log rows; ``views`` maps each online
+    feature to its view's name (``OnlineFeatures.feature_views``); ``salt`` hashes the keys."""
+    spec = observation.spec
+    n = len(rows)
+    columns: dict[str, pa.Array] = {}
+    picked = [observation.entity_rows[i] for i in rows]
+    for key in spec.entity_keys:
+        values = [r[key.name] for r in picked]
+        if salt is None:
+            columns[key.name] = pa.array(values, type=_ARROW[key.dtype])
+        else:
+            columns[key.name] = pa.array([hash_key(salt, v) for v in values], type=pa.string())
+    for name in spec.online_features:
+        column = feature_column(views.get(name, spec.feature_service), name)
+        values, missing = _served(spec, observation.column(name)[rows], spec.dtype(name))
+        columns[column] = pa.array(values, type=_ARROW[spec.dtype(name)], mask=missing)
+        times = observation.feature_times.get(name)
+        picked_times = [times[i] or None for i in rows] if times is not None else [None] * n
+        columns[f"{column}__timestamp"] = pa.array(
+            [None if t is None else int(t * 1_000_000) for t in picked_times], type=pa.int64()
+        ).cast(TIMESTAMP_TYPE)
+        columns[f"{column}__status"] = pa.array(np.where(missing, NOT_FOUND, PRESENT).astype(np.int32))
+    for name in spec.request_fields:
+        values, _ = _served(spec, observation.column(name)[rows], spec.dtype(name))
+        columns[name] = pa.array(values, type=_ARROW[spec.dtype(name)])
+    columns[MODEL] = pa.array([spec.name] * n, type=pa.string())
+    columns[VERSION] = pa.array([observation.version] * n, type=pa.string())
+    columns.update(_predictions(spec, [observation.predictions[i] for i in rows]))
+    at = int(observation.at * 1_000_000)
+    columns[LOG_TIMESTAMP] = pa.array(np.full(n, at, dtype=np.int64)).cast(TIMESTAMP_TYPE)
+    columns[LOG_DATE] = pa.array([log_date(observation.at)] * n, type=pa.date32())
+    columns[REQUEST_ID] = pa.array(_request_ids(observation)[rows], type=pa.string())
+    return pa.table(columns)
+
+
+def _served(spec: ModelSpec, values: np.ndarray, dtype: str) -> tuple[Any, np.ndarray]:
+    """Values as served, and which were the stand-in for a missing one (NaN, or "" for strings)."""
+    if dtype == "float32":
+        array = np.asarray(values, dtype=np.float32)
+        return array, np.isnan(array)
+    if dtype == "string":
+        listed = [v.decode() if isinstance(v, bytes) else str(v) for v in values]
+        return listed, np.array([v == "" for v in listed], dtype=bool)
+    return np.asarray(values), np.zeros(len(values), dtype=bool)  # int64/bool are never missing
+
+
+def _request_ids(observation: Observation) -> np.ndarray:
+    """One id per request the batch served, repeated over that request's rows."""
+    sizes = observation.request_rows or (observation.rows,)
+    return np.repeat(np.array([uuid.uuid4().hex for _ in sizes], dtype=object), sizes)
+
+
+def _label_type(spec: ModelSpec) -> pa.DataType:
+    classes = spec.classes or ()
+    for kind, arrow in ((bool, pa.bool_()), (int, pa.int64()), (float, pa.float64())):
+        if classes and all(type(c) is kind for c in classes):
+            return arrow
+    return pa.string()
+
+
+def _predictions(spec: ModelSpec, predictions: Sequence[Any]) -> dict[str, pa.Array]:
+    out: dict[str, pa.Array] = {}
+    if spec.kind == "binary":
+        out["__score"] = pa.array([p.score for p in predictions], type=pa.float64())
+    if spec.kind in ("binary", "multiclass"):
+        label = _label_type(spec)
+        labels = [p.label for p in predictions]
+        out["__label"] = pa.array(
+            [None if v is None else str(v) for v in labels] if label == pa.string() else labels, type=label
+        )
+        out["__probabilities"] = pa.array(
+            [list(p.probabilities) for p in predictions], type=pa.list_(pa.float64())
+        )
+    if spec.kind == "regression":
+        out["__value"] = pa.array([p.value for p in predictions], type=pa.float64())
+    out["__defaults_used"] = pa.array([p.defaults_used for p in predictions], type=pa.bool_())
+    return out
