@@ -30,6 +30,18 @@ SLOT_S: Final = 60
 SLOTS: Final = 24 * 60  # a day of one-minute slots
 
 
+def numeric_bins(binned: Binned, values: np.ndarray) -> np.ndarray:
+    """Bin index per value: the reference's numeric bins, NaN in the null bin (the last). The
+    plain form of what ``Binner`` does for every numeric column of a batch at once; the payload
+    log's report (gateway/payload_log/report.py) bins logged rows with it."""
+    x = values.astype(np.float64, copy=False)
+    bins = np.searchsorted(binned.edge_array, x, side="right")
+    nulls = np.isnan(x)
+    if nulls.any():
+        bins[nulls] = binned.bins - 1
+    return bins
+
+
 def categorical_lookup(binned: Binned, string: bool) -> dict[object, int]:
     """Value -> bin for a categorical: its categories, ``None`` (and ``""`` for a string) null."""
     lookup: dict[object, int] = {c: i for i, c in enumerate(binned.categories)}

@@ -45,6 +45,7 @@ GATEWAY_ROOTS = [
     "numpy",
     "pandas",
     "pyarrow",
+    "scipy",  # drift statistics (gateway/drift/stats.py)
     "typer",
     "rich",
     "pyyaml",
