@@ -90,7 +90,13 @@ class Service:
 def _drift_monitor(settings: GatewaySettings) -> DriftMonitor | None:
     if settings.drift_sample <= 0:
         return None
-    thresholds = Thresholds(settings.drift_psi_warn, settings.drift_psi_alert, settings.drift_min_rows)
+    thresholds = Thresholds(
+        settings.drift_psi_warn,
+        settings.drift_psi_alert,
+        settings.drift_min_rows,
+        settings.drift_null_warn,
+        settings.drift_null_alert,
+    )
     return DriftMonitor(settings.drift_sample, thresholds)
 
 

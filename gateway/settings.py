@@ -64,14 +64,21 @@ class GatewaySettings(BaseSettings):
     drift_psi_warn: float = Field(0.1, gt=0)
     drift_psi_alert: float = Field(0.2, gt=0)
     drift_min_rows: int = Field(500, ge=1)
+    # A rise of a column's null share (absolute) that warns / alerts: a feature going missing
+    # online (gateway/drift/stats.py says why only a rise is an alarm).
+    drift_null_warn: float = Field(0.1, gt=0, le=1)
+    drift_null_alert: float = Field(0.2, gt=0, le=1)
 
     @model_validator(mode="after")
     def _warn_below_alert(self) -> GatewaySettings:
-        if self.drift_psi_warn > self.drift_psi_alert:
-            raise ValueError(
-                f"GATEWAY_DRIFT_PSI_WARN ({self.drift_psi_warn}) is above GATEWAY_DRIFT_PSI_ALERT "
-                f"({self.drift_psi_alert})"
-            )
+        for kind, warn, alert in (
+            ("PSI", self.drift_psi_warn, self.drift_psi_alert),
+            ("NULL", self.drift_null_warn, self.drift_null_alert),
+        ):
+            if warn > alert:
+                raise ValueError(
+                    f"GATEWAY_DRIFT_{kind}_WARN ({warn}) is above GATEWAY_DRIFT_{kind}_ALERT ({alert})"
+                )
         return self
 
     # The payload log (gateway/payload_log/): sampled rows and predictions as Parquet, in Feast's

@@ -2,11 +2,11 @@
 
 All statistics read the same bins (the reference's, then the null bin last; gateway/drift/counts.py):
 
-- **PSI** ``sum((q - p) * ln(q / p))`` over every bin, the null bin included (a column that goes
-  null is drift the model sees: its imputer fills it). ``p``/``q`` are the reference's and the
-  window's shares; a share of 0 is raised to ``EPS`` = 1e-4 (a bin empty on one side would
-  otherwise make PSI infinite; 1e-4 is the usual choice, and keeps a bin the window leaves
-  empty, of reference share ``p``, at ``p * ln(p / 1e-4)``).
+- **PSI** ``sum((q - p) * ln(q / p))`` over the bins of present values (the null bin apart: the
+  distribution of the values the model got, as Evidently and WhyLabs compute it). ``p``/``q``
+  are the reference's and the window's shares; a share of 0 is raised to ``EPS`` = 1e-4 (a bin
+  empty on one side would otherwise make PSI infinite; 1e-4 is the usual choice, and keeps a
+  bin the window leaves empty, of reference share ``p``, at ``p * ln(p / 1e-4)``).
 - **χ²** (categoricals): Pearson's goodness of fit of the window's counts to the reference's
   shares (``scipy.stats.chisquare``), over the bins either side has rows in; a reference share
   of 0 is raised to ``EPS`` (then renormalized) so a category the training data never had still
@@ -17,9 +17,14 @@ All statistics read the same bins (the reference's, then the null bin last; gate
   ``1.358 * sqrt((n + m) / (n m))``.
 - **Null rate**: window's share of nulls, the reference's, and their difference.
 
-The verdict is PSI's (χ² and KS flag any difference once the window is large, so they are
-context, not alarms): ``insufficient`` below ``min_rows`` window rows, else ``ok``, ``warn``
-(PSI >= ``psi_warn``) or ``alert`` (PSI >= ``psi_alert``).
+The verdict is the worse of two (χ² and KS flag any difference once the window is large, so they
+are context, not alarms): ``insufficient`` below ``min_rows`` window rows; else PSI's ``ok``,
+``warn`` (PSI >= ``psi_warn``) or ``alert`` (PSI >= ``psi_alert``), and the null rate's: ``warn``
+when it *rose* by ``null_warn`` (0.1, an absolute share) or more, ``alert`` by ``null_alert``
+(0.2). Only a rise is an alarm: more nulls online than in training is a feature going missing (a
+broken pipeline, a stale store, entities the store lacks), which the model's imputer silently
+papers over; fewer is what a point-in-time training join gives whenever entities had no history
+yet, and is reported (``null_rate_change``) without an alarm.
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ class Thresholds:
     psi_warn: float = 0.1
     psi_alert: float = 0.2
     min_rows: int = 500
+    null_warn: float = 0.1  # rise of the null share (absolute) that warns
+    null_alert: float = 0.2
 
 
 def _shares(counts: np.ndarray) -> np.ndarray:
@@ -83,12 +90,23 @@ def ks_bound(reference: np.ndarray, window: np.ndarray) -> tuple[float, float]:
     return d, KS_C * math.sqrt((n + m) / (n * m))
 
 
-def verdict_of(psi_value: float | None, rows: int, thresholds: Thresholds) -> Verdict:
-    if rows < thresholds.min_rows or psi_value is None:
+def verdict_of(
+    psi_value: float | None, rows: int, thresholds: Thresholds, null_rise: float = 0.0
+) -> Verdict:
+    """PSI's verdict and the null rate's rise, the worse of the two (module docstring)."""
+    if rows < thresholds.min_rows:
         return "insufficient"
-    if psi_value >= thresholds.psi_alert:
-        return "alert"
-    return "warn" if psi_value >= thresholds.psi_warn else "ok"
+    by_nulls: Verdict = "ok"
+    if null_rise >= thresholds.null_alert:
+        by_nulls = "alert"
+    elif null_rise >= thresholds.null_warn:
+        by_nulls = "warn"
+    if psi_value is None:  # every row null: nothing but the null rate to judge
+        return by_nulls
+    by_psi: Verdict = (
+        "alert" if psi_value >= thresholds.psi_alert else "warn" if psi_value >= thresholds.psi_warn else "ok"
+    )
+    return worst([by_psi, by_nulls])
 
 
 def worst(verdicts: list[Verdict]) -> Verdict:
@@ -146,12 +164,14 @@ def drift_of(binned: Binned, window: np.ndarray, thresholds: Thresholds) -> Drif
         return Drift(
             binned.name, binned.kind, 0, None, None, None, None, None, None, null_ref, "insufficient"
         )
-    value = psi(reference, window)
+    present = reference[:-1], window[:-1]
+    value = psi(*present) if present[0].sum() > 0 and present[1].sum() > 0 else None
     chi2 = chi2_p = ks = ks_critical = None
     if binned.kind == "categorical":
-        chi2, chi2_p = chi_square(reference, window)
+        chi2, chi2_p = chi_square(*present)
     else:
         ks, ks_critical = ks_bound(reference[:-1], window[:-1])
+    null_rate = float(window[-1] / rows)
     return Drift(
         binned.name,
         binned.kind,
@@ -161,7 +181,7 @@ def drift_of(binned: Binned, window: np.ndarray, thresholds: Thresholds) -> Drif
         chi2_p,
         ks,
         ks_critical,
-        float(window[-1] / rows),
+        null_rate,
         null_ref,
-        verdict_of(value, rows, thresholds),
+        verdict_of(value, rows, thresholds, null_rate - null_ref),
     )

@@ -221,6 +221,27 @@ def test_traffic_like_the_reference_is_ok_and_a_shifted_feature_alerts_alone():
     assert channel.chi2_p is not None and channel.chi2_p > 0.001 and channel.ks is None
 
 
+def test_a_feature_going_missing_online_alerts_and_fewer_nulls_do_not():
+    data = training(10000, seed=0)  # amount: 2 % null in training
+    s = spec(reference_json(data))
+
+    def report_with(null_share: float) -> Any:
+        served = training(2000, seed=4)
+        rng = np.random.default_rng(5)
+        present = rng.lognormal(3.0, 1.0, 2000)  # the training distribution, no nulls of its own
+        served["amount"] = np.where(rng.random(2000) < null_share, np.nan, present)
+        monitor = DriftMonitor(clock=lambda: T0 + 30)
+        monitor.observe(observation(s, served, at=T0))
+        return feature(monitor.report(s, "5m"), "amount")
+
+    gone = report_with(0.30)  # +28 points of nulls: the feature is going missing
+    assert gone.verdict == "alert" and gone.psi < 0.1  # the present values are as in training
+    assert gone.null_rate_change == pytest.approx(gone.null_rate - 0.02, abs=0.005)
+    assert report_with(0.15).verdict == "warn"
+    fewer = report_with(0.0)  # none missing online: reported, no alarm
+    assert fewer.verdict == "ok" and fewer.null_rate == 0.0 and fewer.null_rate_change < 0
+
+
 def test_below_min_rows_there_is_no_verdict():
     data = training(5000)
     s = spec(reference_json(data))
