@@ -102,6 +102,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += _triton_markdown(report)
     if "gateway" in report:
         lines += gateway_markdown(report["gateway"])
+        if report["gateway"].get("drift"):
+            lines += drift_markdown(report["gateway"]["drift"])
     if "gpu_routes" in report:
         lines += gpu_markdown(report["gpu_routes"])
     if "ensemble" in report:
@@ -278,6 +280,38 @@ def gateway_markdown(g: dict[str, Any]) -> list[str]:
         lines += ["", f"Most own time: {top}.", ""]
     lines += [*(f"- {n}" for n in g["notes"]), ""]
     return lines
+
+
+def drift_markdown(d: dict[str, Any]) -> list[str]:
+    """(c, drift): what drift counting costs, the observer alone and the gateway on vs off."""
+    lines = ["### Drift counting on vs off (issue 11)", ""]
+    if d.get("observer"):
+        lines += _table(
+            ["observer alone: rows per batch", "µs per batch", "µs per row"],
+            [[str(o["rows"]), f"{o['us_per_batch']:.0f}", f"{o['us_per_row']:.1f}"] for o in d["observer"]],
+        )
+        lines.append("")
+    if d.get("on") and d.get("off"):
+        aim = d["aim"]
+        lines += _table(
+            ["gateway HTTP, concurrency " + str(d["concurrency"]), "req/s", "p50 ms", "p99 ms", "errors"],
+            [
+                [
+                    f"drift {name}",
+                    f"{p['throughput_per_s']:,.0f}",
+                    _ms(p["p50_ms"]),
+                    _ms(p["p99_ms"]),
+                    str(p["errors"]),
+                ]
+                for name, p in (("on (sample 1.0)", d["on"]), ("off (sample 0)", d["off"]))
+            ],
+        )
+        lines += [
+            "",
+            f"On / off: {d['throughput_ratio']:.3f}× req/s, p50 {d['p50_added_ms']:+.3f} ms "
+            f"(aim: >= {aim['throughput_ratio']}×, +<= {aim['p50_added_ms']} ms): {d['verdict']}.",
+        ]
+    return [*lines, ""]
 
 
 def gpu_markdown(d: dict[str, Any]) -> list[str]:
