@@ -499,7 +499,10 @@ def drift_cost(
 
     if args.drift_seconds <= 0 or spec.drift_reference is None:
         return None
-    cost = drift_bench.observer_cost(spec, x)
+    # In the client process, a fresh interpreter: this one imported Feast before prometheus_client
+    # (training), and feast.metrics switches prometheus_client into its multiprocess mode, whose
+    # metric values the drift observer's imports would then create without a folder.
+    cost = pool.submit(drift_bench.observer_cost, spec, x).result()
     workdir = root / "gateway-drift-off"
     workdir.mkdir(exist_ok=True)
     with gateway(workdir, on.triton_url, root / "feature_repo", store_env, GATEWAY_DRIFT_SAMPLE="0") as gw:
