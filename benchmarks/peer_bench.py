@@ -11,7 +11,8 @@ in the same run, over HTTP with the KServe V2 protocol, one row per request:
   (``fraud_adaptive``: ``max_batch_size`` 64, ``max_batch_time`` 1 ms). Its best of the two at
   each concurrency is the figure to beat;
 - **Triton**, the exported model with the builder's default config (``fraud_default``), asked
-  for ``probabilities``.
+  for ``probabilities``; beside it the same model at the other queue delays of
+  ``TRITON_DELAYS_US`` (for the record of what the default trades; the goals read the default).
 
 Both answer the same row first (the probabilities must agree). The load generator is ``wrk``
 (C, closed loop, one connection per client, ``--latency`` percentiles), the same for both, so
@@ -43,6 +44,8 @@ LOCK = REPO_ROOT / "requirements" / "bench-mlserver.lock"
 VENV = REPO_ROOT / ".bench" / "mlserver"
 MODEL = "fraud"
 TRITON_MODEL = "fraud_default"
+# Other queue delays, same model, for the record of what the default trades (same run, same wrk).
+TRITON_DELAYS_US = (0, 100, 1000)
 MLSERVER_MODELS = {"as shipped": "fraud", "adaptive batching": "fraud_adaptive"}
 ADAPTIVE = {"max_batch_size": 64, "max_batch_time": 0.001}
 GOALS = {"p50_c1_ratio_max": 1.0, "throughput_ratio_min": {"concurrency": (16, 64), "ratio": 3.0}}
@@ -229,11 +232,24 @@ def run_wrk(url: str, body: str, concurrency: int, seconds: float, warmup_s: flo
     return point
 
 
-def export_default(repo: Path) -> None:
-    """The registered model with the builder's default serving options, as a user gets it."""
+def export_triton(repo: Path) -> dict[str, str]:
+    """The registered model with the builder's default serving options, as a user gets it, and
+    with the other queue delays of ``TRITON_DELAYS_US``: config label -> Triton model."""
+    from builder.config import ServingOptions
     from builder.export import ExportRequest, export_model
 
-    export_model(ExportRequest(f"models:/{MODEL}@champion", repo, name=TRITON_MODEL))
+    uri = f"models:/{MODEL}@champion"
+    default = ServingOptions().max_queue_delay_us
+    export_model(ExportRequest(uri, repo, name=TRITON_MODEL))
+    models = {f"builder default, queue delay {default} µs": TRITON_MODEL}
+    for delay in TRITON_DELAYS_US:
+        if delay != default:
+            name = f"{MODEL}_q{delay}"
+            export_model(
+                ExportRequest(uri, repo, name=name, serving=ServingOptions(max_queue_delay_us=delay))
+            )
+            models[f"queue delay {delay} µs"] = name
+    return models
 
 
 def compare(points: list[dict[str, Any]], concurrency: list[int]) -> list[dict[str, Any]]:
@@ -241,7 +257,7 @@ def compare(points: list[dict[str, Any]], concurrency: list[int]) -> list[dict[s
     rows = []
     for c in concurrency:
         at = [p for p in points if p["concurrency"] == c]
-        triton = next(p for p in at if p["server"] == "Triton")
+        triton = next(p for p in at if p["server"] == "Triton" and p["config"].startswith("builder default"))
         peers = [p for p in at if p["server"] == "MLServer"]
         best_p50 = min(peers, key=lambda p: p["p50_ms"])
         best_rps = max(peers, key=lambda p: p["throughput_rps"])
@@ -274,7 +290,7 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
     say("(f) training and registering the peer model")
     registered = models.sklearn_classifier(MODEL)
     repo = root / "model_repo"
-    export_default(repo)
+    triton_models = export_triton(repo)
     row = [float(v) for v in registered.X.iloc[0].to_numpy(dtype="float32")]
     expected = registered.native.predict_proba(registered.X.iloc[:1])[0].tolist()
     mls_repo, mls_port = write_mlserver_repo(root / "mlserver", registered.native)
@@ -282,14 +298,17 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
         repo,
         runtime=runtime,
         model_control_mode="explicit",
-        load_models=[TRITON_MODEL],
+        load_models=list(triton_models.values()),
         log_path=root / "tritonserver.log",
     )
     targets = {
-        ("Triton", "builder default"): (
-            f"http://127.0.0.1:{{triton}}/v2/models/{TRITON_MODEL}/infer",
-            v2_body(row, "probabilities"),
-        ),
+        **{
+            ("Triton", config): (
+                f"http://127.0.0.1:{{triton}}/v2/models/{name}/infer",
+                v2_body(row, "probabilities"),
+            )
+            for config, name in triton_models.items()
+        },
         **{
             ("MLServer", config): (
                 f"http://127.0.0.1:{mls_port}/v2/models/{name}/infer",

@@ -44,9 +44,22 @@ def test_unreadable_wrk_output_is_an_error() -> None:
         parse_wrk("unable to connect to 127.0.0.1:1 Connection refused")
 
 
-def test_triton_is_compared_with_mlservers_best_config() -> None:
+def test_the_builder_default_is_compared_with_mlservers_best_config() -> None:
     points = [
-        {"server": "Triton", "config": "default", "concurrency": 1, "p50_ms": 0.5, "throughput_rps": 1800.0},
+        {
+            "server": "Triton",
+            "config": "builder default",
+            "concurrency": 1,
+            "p50_ms": 0.5,
+            "throughput_rps": 1800.0,
+        },
+        {
+            "server": "Triton",
+            "config": "queue delay 0 µs",
+            "concurrency": 1,
+            "p50_ms": 0.1,
+            "throughput_rps": 9e3,
+        },
         {"server": "MLServer", "config": "plain", "concurrency": 1, "p50_ms": 0.55, "throughput_rps": 1760.0},
         {
             "server": "MLServer",
@@ -55,7 +68,13 @@ def test_triton_is_compared_with_mlservers_best_config() -> None:
             "p50_ms": 1.85,
             "throughput_rps": 500.0,
         },
-        {"server": "Triton", "config": "default", "concurrency": 16, "p50_ms": 1.7, "throughput_rps": 6000.0},
+        {
+            "server": "Triton",
+            "config": "builder default",
+            "concurrency": 16,
+            "p50_ms": 1.7,
+            "throughput_rps": 6000.0,
+        },
         {"server": "MLServer", "config": "plain", "concurrency": 16, "p50_ms": 9.0, "throughput_rps": 1700.0},
         {
             "server": "MLServer",
