@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 .PHONY: setup venv runtime redis wrk test demo bench gpu-check lint image clean help
 
 help:
-	@echo "make demo   - set up, then train -> register -> export -> serve -> predict"
+	@echo "make demo   - set up, then train -> register -> export -> serve -> predict -> gate -> drift"
 	@echo "make test   - set up, then run every test (unit and integration, real servers)"
 	@echo "make bench  - set up, then run the benchmarks (writes benchmarks/results/)"
 	@echo "make gpu-check - on a GPU machine: install the gpu extra, run the gpu tests and bench (d)"

@@ -1,21 +1,26 @@
 """`make demo`: data -> feast apply -> materialize -> train a scikit-learn Pipeline from
 historical features -> register (alias champion) -> builder export -> builder validate ->
 builder serve (real Triton, no GPU) -> gateway serve -> predictions through the gateway over
-HTTP and gRPC -> skew check -> release gate (Locust against the gateway, loose demo SLA).
+HTTP and gRPC -> skew check -> release gate (Locust against the gateway, loose demo SLA) ->
+drift: a gateway with the payload log on, traffic like the training rows, then a burst with
+``amount`` x3, the drift table after each, and the payload log's HTML report
+(demo/drift_step.py).
 
 The model reads numeric features and two strings: ``merchant_category`` from the feature store
 and the request's ``channel``. Its preprocessing (imputing, scaling, one-hot encoding) is part
 of the exported ONNX graph, so Triton gets one typed input per column and no ensemble.
 
 Every step is the command a user would run; the demo only chains them and prints what they
-give back. State lives in .demo/ (MLflow registry and artifacts), feature_repo/data/ and
-model_repo/.
+give back. State lives in .demo/ (MLflow registry and artifacts, the payload log, the drift
+report), feature_repo/data/ and model_repo/.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +42,8 @@ STATE = ROOT / ".demo"
 REPO = ROOT / "model_repo"
 FEATURES = ROOT / "feature_repo"
 MODEL = "fraud-detector"
+LOG = STATE / "payload-log"
+REPORT = STATE / "drift-report.html"
 ENTITY_KEYS = ("user_id", "merchant_id")
 console = Console(highlight=False)
 
@@ -103,6 +110,24 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+def start_gateway(
+    triton_grpc: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
+    """``gateway serve`` on free ports (``env``: settings on top of this process's), once ready."""
+    gp = {"http": free_port(8080), "grpc": free_port(50051)}
+    args = ["serve", "--port", str(gp["http"]), "--grpc-port", str(gp["grpc"]), "--triton-url", triton_grpc]
+    args += ["--feature-repo", str(FEATURES), "--model", MODEL]
+    settings = " ".join(f"{k}={v}" for k, v in (env or {}).items())
+    console.print(f"[dim]$ {settings + ' ' if settings else ''}gateway {' '.join(args)}[/]")
+    gateway = subprocess.Popen([sys.executable, "-m", "gateway", *args], env={**os.environ, **(env or {})})
+    try:
+        wait_for("the gateway", lambda: http_status(f"http://127.0.0.1:{gp['http']}/readyz") == 200, gateway)
+    except SystemExit:
+        stop(gateway)
+        raise
+    return gateway, gp
 
 
 ROWS: list[dict[str, Any]] = [
@@ -192,6 +217,46 @@ def predictions(gateway_http: str, gateway_grpc: str, fs: Any) -> None:
     console.print(f"unknown user -> HTTP {status}: {err.get('error')}")
 
 
+def drift(triton_grpc: str, fs: Any) -> str:
+    """The drift step (demo/drift_step.py) on a gateway with the payload log on; returns the
+    time the log starts at (the report's ``--since``)."""
+    from demo import drift_step as d
+
+    LOG.parent.mkdir(exist_ok=True)
+    shutil.rmtree(LOG, ignore_errors=True)  # this run's rows only
+    console.print(
+        "a fresh gateway (its counts start empty; the gate's Locust rows are not like the training "
+        "rows), with the payload log on, and an entity without online features (a new user) served "
+        "on the nulls training saw rather than refused"
+    )
+    gateway, gp = start_gateway(triton_grpc, {"GATEWAY_PAYLOAD_LOG": str(LOG), **d.GATEWAY_ENV})
+    since = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
+    try:
+        url = f"http://127.0.0.1:{gp['http']}"
+        rows = d.training_rows(fs, d.BASELINE_ROWS, seed=1)
+        console.print(
+            f"baseline: {len(rows)} rows drawn from the rows the model was fitted on (entity keys, "
+            f"amount, hour, channel; a row that had no user snapshot gets a new user), "
+            f"{d.BATCH} per request"
+        )
+        d.send(url, MODEL, rows)
+        before = d.Seen.of(d.show_table(console, url, MODEL))
+        d.explain_baseline(console, before)
+        shifted = d.burst(rows)
+        console.print(
+            f"\nburst: the same {len(rows)} rows {d.BURST_REPEATS} times over ({len(shifted)} rows) "
+            f"with {d.SHIFTED} x{d.FACTOR:g}; every other column's mix is the baseline's"
+        )
+        d.send(url, MODEL, shifted)
+        after = d.Seen.of(d.show_table(console, url, MODEL))
+        d.explain_burst(console, before, after)
+    finally:
+        stop(gateway)  # writes what the payload log still queues
+    console.print(f"\npayload log: {LOG} (Parquet, Feast's feature-logging layout)")
+    d.write_report(console, str(LOG), since, str(REPO), str(REPORT))
+    return since
+
+
 def main() -> None:
     import mlflow
 
@@ -249,26 +314,7 @@ def main() -> None:
         wait_for(
             "Triton", lambda: http_status(f"http://127.0.0.1:{tp['http']}/v2/health/ready") == 200, triton
         )
-        gp = {"http": free_port(8080), "grpc": free_port(50051)}
-        gateway = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gateway",
-                "serve",
-                "--port",
-                str(gp["http"]),
-                "--grpc-port",
-                str(gp["grpc"]),
-                "--triton-url",
-                f"127.0.0.1:{tp['grpc']}",
-                "--feature-repo",
-                str(FEATURES),
-                "--model",
-                MODEL,
-            ]
-        )
-        wait_for("the gateway", lambda: http_status(f"http://127.0.0.1:{gp['http']}/readyz") == 200, gateway)
+        gateway, gp = start_gateway(f"127.0.0.1:{tp['grpc']}")
         step("6. predictions through the gateway over HTTP and gRPC")
         predictions(f"127.0.0.1:{gp['http']}", f"127.0.0.1:{gp['grpc']}", fs)
         step("7. training-serving skew check")
@@ -309,28 +355,43 @@ def main() -> None:
         console.print(
             f"gate verdict: {verdict}; reports (summary.json, Locust CSV/HTML, latency.png) in {reports}"
         )
+        step("9. drift: traffic like the training rows, then a burst with amount x3")
+        # A fresh gateway: this one has counted the gate's Locust rows (random entities, amounts
+        # of their own), which would blur the baseline the step shows.
+        stop(gateway)
+        gateway = None
+        since = drift(f"127.0.0.1:{tp['grpc']}", fs)
     finally:
         if gateway is not None:
             stop(gateway)
         stop(triton)
     step("done")
     console.print(f"model repository: {REPO}\nregistry: {os.environ['MLFLOW_TRACKING_URI']}")
-    print_next_steps()
+    print_next_steps(since)
     if gate_rc:
         sys.exit(gate_rc)
 
 
-def print_next_steps() -> None:
+def print_next_steps(since: str) -> None:
     """Commands to paste in this shell: ``builder`` finds the runtime ``make`` installed in
     ``.runtime/`` on its own (the project's runtime is the default inside the project)."""
     body = json.dumps({"rows": ROWS[:1]})
-    console.print("\n[bold]serve it yourself[/] (two terminals, from the project folder):")
+    console.print("\n[bold]serve it yourself[/] (three terminals, from the project folder):")
     console.print(
         f"  cd {ROOT} && source .venv/bin/activate\n"
         "  builder serve --repo model_repo --address 127.0.0.1\n"
         f"  gateway serve --triton-url 127.0.0.1:8001 --feature-repo feature_repo --model {MODEL}\n"
         f"  curl -s http://127.0.0.1:8080/v1/models/{MODEL}/predict "
-        f"-H 'content-type: application/json' -d '{body}'",
+        f"-H 'content-type: application/json' -d '{body}'\n"
+        "  gateway drift --window 1h    # what that gateway has counted (under 500 rows: insufficient)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
+    console.print("\n[bold]the drift report again[/], from the demo's payload log (no server needed):")
+    console.print(
+        f"  gateway drift report --log {LOG.relative_to(ROOT)} --since {since} "
+        f"--repo {REPO.relative_to(ROOT)} --out {REPORT.relative_to(ROOT)}",
         markup=False,
         highlight=False,
         soft_wrap=True,

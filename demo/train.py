@@ -23,6 +23,8 @@ import pandas as pd
 
 REQUEST_FIELDS = ["amount", "hour", "channel"]  # sent by the caller with each request
 STRING_REQUEST_FIELDS = ["channel"]
+# The oldest share of the rows is fitted on, the rest tests it (a time-ordered split).
+TRAIN_SHARE = 0.8
 ENTITY_KEYS = ["user_id", "merchant_id"]
 # What the gateway sends for a missing string feature (docs/serving-contract.md); training fills
 # the same value, so a missing category means the same thing offline and online.
@@ -116,7 +118,7 @@ def train_and_register(
     X, y = model_frame(frame[columns].reset_index(drop=True), strings), frame["is_fraud"].to_numpy()
     categorical = [c for c in columns if c in strings]
     numeric = [c for c in columns if c not in strings]
-    split = int(len(frame) * 0.8)  # time-ordered split: train on the past, test on the future
+    split = int(len(frame) * TRAIN_SHARE)  # time-ordered: train on the past, test on the future
     model = build_pipeline(numeric, categorical, n_estimators)
     model.fit(X.iloc[:split], y[:split])
     auc = float(roc_auc_score(y[split:], model.predict_proba(X.iloc[split:])[:, 1]))
