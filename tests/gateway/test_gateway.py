@@ -415,6 +415,29 @@ def test_redis_profile_then_online_store_down_gives_503(stack: Stack, tmp_path, 
             assert servers.http_status(gw.url + "/healthz") == 200  # live, just not ready
 
 
+def test_the_pre_resolved_read_returns_what_the_feast_sdk_returns(stack: Stack):
+    # gateway/online_read.py calls the store's online_read itself; the SDK's answer is the reference
+    import asyncio
+
+    from feature_repo.store import SERVICE
+    from gateway.features import OnlineFeatures
+
+    features = OnlineFeatures(stack.feature_repo, "sqlite", timeout_s=10.0)
+    assert features.plan(SERVICE) is not None  # this service is read through the plan
+    keys = [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in ROWS]
+    keys += [{"user_id": 10**9, "merchant_id": 3}, keys[0]]  # an unknown user; a repeated entity
+    got = asyncio.run(features.fetch(SERVICE, keys))
+    sdk = stack.store.get_online_features(features=stack.store.get_feature_service(SERVICE), entity_rows=keys)
+    want = sdk.to_dict(include_event_timestamps=True)
+    names = [k for k in want if not k.endswith("__ts") and k not in ("user_id", "merchant_id")]
+    assert sorted(got.values) == sorted(names)
+    for name in names:
+        assert got.values[name] == want[name], name
+        assert got.times[name] == want[f"{name}__ts"], name
+    assert got.values["user_age_days"][3] is None and got.values["merchant_risk"][3] is not None
+    assert set(got.missing[3]) == {"user_age_days", "tx_last_24h", "avg_amount_30d"}
+
+
 def test_deadline_passing_gives_504(stack: Stack, tmp_path):
     # A Triton deadline no call can meet: every request must end in a 504, fast, not hang.
     env = gateway_env(stack, GATEWAY_TRITON_TIMEOUT_S="0.0001")
