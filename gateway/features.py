@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from gateway.errors import DeadlineExceeded, RefusedByStore, SpecError, Unavailable
+from gateway.online_read import Columns, ReadPlan, plan_for
 from gateway.request import EntityRow
 
 
@@ -52,6 +53,7 @@ class OnlineFeatures:
         self.timeout_s = timeout_s
         self._store = open_store(repo, profile)
         self._services: dict[str, Any] = {}
+        self._plans: dict[str, ReadPlan | None] = {}
         self._key_types: dict[str, dict[str, str]] = {}
         self._async = profile == "redis"
         self._inline = reads == "inline"
@@ -115,23 +117,23 @@ class OnlineFeatures:
             raise SpecError(f"feature service {service_name!r} is not in the feature repository") from exc
         return types
 
+    def plan(self, name: str) -> ReadPlan | None:
+        """The service's pre-resolved read (gateway/online_read.py), or None where the SDK reads
+        it; a registry read, resolved once per name with the service."""
+        if name not in self._plans:
+            self._plans[name] = plan_for(self._store, self.service(name))
+        return self._plans[name]
+
     async def fetch(self, service_name: str, entity_rows: list[EntityRow]) -> FeatureRows:
-        service = self._services.get(service_name)
-        if service is None:  # a registry read, once per service name
-            service = await self._in_thread(self.service, service_name)
+        if service_name not in self._plans:  # a registry read, once per service name
+            await self._in_thread(self.plan, service_name)
+        plan = self._plans[service_name]
         try:
-            if self._async:
-                call = self._store.get_online_features_async(features=service, entity_rows=entity_rows)
-                response = await asyncio.wait_for(call, self.timeout_s)
-            elif self._inline:
-                start = time.monotonic()
-                response = self._store.get_online_features(features=service, entity_rows=entity_rows)
-                if time.monotonic() - start > self.timeout_s:
-                    raise TimeoutError  # late, but the caller's deadline has passed all the same
+            if plan is not None:
+                columns = await self._read(plan, entity_rows)
             else:
-                response = await self._in_thread(
-                    self._store.get_online_features, features=service, entity_rows=entity_rows
-                )
+                response = await self._sdk_read(self._services[service_name], entity_rows)
+                columns = _columns(response, set(entity_rows[0]) if entity_rows else set())
         except TimeoutError as exc:
             # The Redis client retries refused connections with backoff until our deadline, so
             # a down store first looks slow: probe it to tell "down" (503) from "slow" (504).
@@ -159,8 +161,35 @@ class OnlineFeatures:
             raise Unavailable(
                 f"the online store is unreachable ({type(exc).__name__})", cause="feature_store_unavailable"
             ) from exc
-        data = response.to_dict(include_event_timestamps=True)
-        return _rows(data, len(entity_rows), set(entity_rows[0]) if entity_rows else set())
+        return _rows(columns, len(entity_rows))
+
+    async def _read(self, plan: ReadPlan, entity_rows: list[EntityRow]) -> Columns:
+        """The plan's read: Redis asynchronously, SQLite inline or in the worker thread."""
+        if self._async:
+            return await asyncio.wait_for(plan.read_async(entity_rows), self.timeout_s)
+        if self._inline:
+            start = time.monotonic()
+            columns = plan.read(entity_rows)
+            if time.monotonic() - start > self.timeout_s:
+                raise TimeoutError  # late, but the caller's deadline has passed all the same
+            return columns
+        columns_: Columns = await self._in_thread(plan.read, entity_rows)
+        return columns_
+
+    async def _sdk_read(self, service: Any, entity_rows: list[EntityRow]) -> Any:
+        """The Feast SDK's ``get_online_features``, for a service without a plan."""
+        if self._async:
+            call = self._store.get_online_features_async(features=service, entity_rows=entity_rows)
+            return await asyncio.wait_for(call, self.timeout_s)
+        if self._inline:
+            start = time.monotonic()
+            response = self._store.get_online_features(features=service, entity_rows=entity_rows)
+            if time.monotonic() - start > self.timeout_s:
+                raise TimeoutError  # late, but the caller's deadline has passed all the same
+            return response
+        return await self._in_thread(
+            self._store.get_online_features, features=service, entity_rows=entity_rows
+        )
 
     async def _reachable(self) -> bool:
         if self.profile != "redis":
@@ -192,19 +221,25 @@ def _key_type(value_type: str) -> str:
     return value_type.lower()
 
 
-def _rows(data: dict[str, list[Any]], n: int, keys: set[str]) -> FeatureRows:
+def _columns(response: Any, keys: set[str]) -> Columns:
+    """An SDK OnlineResponse as the plan's Columns (the features and their times, not ``keys``)."""
+    data = response.to_dict(include_event_timestamps=True)
     names = [k for k in data if not k.endswith("__ts") and k not in keys]
+    return Columns({k: data[k] for k in names}, {k: data[f"{k}__ts"] for k in names if f"{k}__ts" in data})
+
+
+def _rows(columns: Columns, n: int) -> FeatureRows:
     missing: list[list[str]] = [[] for _ in range(n)]
     oldest: list[float | None] = [None] * n
-    for name in names:
-        for i, value in enumerate(data[name]):
+    for name, values in columns.values.items():
+        for i, value in enumerate(values):
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 missing[i].append(name)
-        for i, ts in enumerate(data.get(f"{name}__ts", [])):
+        for i, ts in enumerate(columns.times.get(name, ())):
+            first = oldest[i]
             if ts:
-                oldest[i] = ts if oldest[i] is None else min(ts, oldest[i])
-    times = {k: data[f"{k}__ts"] for k in names if f"{k}__ts" in data}
-    return FeatureRows({k: data[k] for k in names}, missing, oldest, times)
+                oldest[i] = ts if first is None else min(ts, first)
+    return FeatureRows(columns.values, missing, oldest, dict(columns.times))
 
 
 def age_seconds(oldest_epoch_s: list[float | None]) -> float:

@@ -135,9 +135,12 @@ def server_options(max_message_bytes: int, idle_timeout_s: float) -> list[tuple[
     ]
 
 
-def create_server(service: Service, address: str) -> grpc.aio.Server:
+def create_server(service: Service, address: str, reuse_port: bool = False) -> grpc.aio.Server:
     settings = service.settings
-    server = grpc.aio.server(options=server_options(settings.max_body_bytes, settings.idle_timeout_s))
+    options = server_options(settings.max_body_bytes, settings.idle_timeout_s)
+    if reuse_port:  # workers share the port (gateway serve --workers)
+        options.append(("grpc.so_reuseport", 1))
+    server = grpc.aio.server(options=options)
     predict = grpc.unary_unary_rpc_method_handler(
         GatewayServicer(service).Predict,
         request_deserializer=None,  # raw bytes: decoded (and refused) by the servicer

@@ -20,6 +20,11 @@ class GatewaySettings(BaseSettings):
     models: tuple[str, ...] = ("fraud-detector",)  # what /readyz checks (any model can be asked)
     online_store: Literal["sqlite", "redis"] = "sqlite"
     redis_url: str | None = None  # Feast's form, host:port[,password=...]
+    # Gateway processes on the same ports (SO_REUSEPORT), for a node with cores to spare: one
+    # process is one GIL. Each has its own batches, /metrics and drift counts.
+    workers: int = Field(1, ge=1, le=64)
+    # The event loop: uvloop (measured faster, gateway/cli.py) or Python's own asyncio loop.
+    event_loop: Literal["uvloop", "asyncio"] = "uvloop"
 
     triton_timeout_s: float = Field(2.0, gt=0)
     # The longest wait between reconnects to Triton after it went away: gRPC's default grows to

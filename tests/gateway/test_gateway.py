@@ -7,8 +7,10 @@ by the test itself; errors against the statuses a client would see.
 from __future__ import annotations
 
 import json
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -413,6 +415,48 @@ def test_redis_profile_then_online_store_down_gives_503(stack: Stack, tmp_path, 
             assert down.headers.get("Retry-After") == "1"
             assert requests.get(f"{gw.url}/readyz", timeout=10).status_code == 503
             assert servers.http_status(gw.url + "/healthz") == 200  # live, just not ready
+
+
+def test_two_workers_share_both_ports_and_stop_together(stack: Stack, tmp_path):
+    # gateway serve --workers 2: two processes bind the same HTTP and gRPC ports (SO_REUSEPORT)
+    with servers.gateway_process(tmp_path, gateway_env(stack, GATEWAY_WORKERS="2")) as gw:
+        children = [  # the workers, not multiprocessing's resource tracker
+            c
+            for c in Path(f"/proc/{gw.proc.pid}/task/{gw.proc.pid}/children").read_text().split()
+            if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()
+        ]
+        assert len(children) == 2, children
+        want = expected_scores(stack, ROWS)
+        for _ in range(4):  # fresh connections, whichever worker the kernel hands each to
+            scores = [p["score"] for p in predict(gw, {"rows": ROWS}).json()["predictions"]]
+            np.testing.assert_allclose(scores, want, atol=1e-5)
+            np.testing.assert_allclose([p.score for p in grpc_predict(gw, ROWS).predictions], want, atol=1e-5)
+        gw.proc.send_signal(signal.SIGTERM)  # the supervisor stops its workers and exits 0
+        assert gw.proc.wait(timeout=30) == 0
+        assert not any(Path(f"/proc/{c}").exists() for c in children)
+
+
+def test_the_pre_resolved_read_returns_what_the_feast_sdk_returns(stack: Stack):
+    # gateway/online_read.py calls the store's online_read itself; the SDK's answer is the reference
+    import asyncio
+
+    from feature_repo.store import SERVICE
+    from gateway.features import OnlineFeatures
+
+    features = OnlineFeatures(stack.feature_repo, "sqlite", timeout_s=10.0)
+    assert features.plan(SERVICE) is not None  # this service is read through the plan
+    keys = [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in ROWS]
+    keys += [{"user_id": 10**9, "merchant_id": 3}, keys[0]]  # an unknown user; a repeated entity
+    got = asyncio.run(features.fetch(SERVICE, keys))
+    sdk = stack.store.get_online_features(features=stack.store.get_feature_service(SERVICE), entity_rows=keys)
+    want = sdk.to_dict(include_event_timestamps=True)
+    names = [k for k in want if not k.endswith("__ts") and k not in ("user_id", "merchant_id")]
+    assert sorted(got.values) == sorted(names)
+    for name in names:
+        assert got.values[name] == want[name], name
+        assert got.times[name] == want[f"{name}__ts"], name
+    assert got.values["user_age_days"][3] is None and got.values["merchant_risk"][3] is not None
+    assert set(got.missing[3]) == {"user_age_days", "tx_last_24h", "avg_amount_30d"}
 
 
 def test_deadline_passing_gives_504(stack: Stack, tmp_path):

@@ -21,7 +21,7 @@ from gateway.proto import gateway_pb2
 from gateway.request import PredictRequest, validate
 from gateway.responses import PredictResult, predictions
 from gateway.settings import GatewaySettings
-from gateway.triton import infer_inputs
+from gateway.triton import infer_inputs, infer_request
 
 COLUMNS = [
     {"name": "amount", "dtype": "float32"},
@@ -335,6 +335,30 @@ def test_the_columns_layout_sends_one_typed_n_by_1_input_per_column_with_stand_i
     (category,) = (i for i in infer_inputs(inputs) if i.name() == "merchant_category")
     # Triton's BYTES: each element as a 4-byte little-endian length, then its UTF-8 bytes
     assert category._get_content() == b"\x07\x00\x00\x00grocery\x00\x00\x00\x00"
+
+
+def test_the_request_sent_to_triton_is_the_one_tritonclient_builds():
+    # the gateway writes the protobuf itself; tritonclient's InferInput path is the reference
+    from tritonclient.grpc import InferRequestedOutput, service_pb2
+
+    inputs = {
+        "amount": np.array([[1.5], [-2.25]], dtype=np.float32),
+        "channel": np.array([["web"], ["é"]], dtype=object),
+        "visits": np.array([[3], [2**40]], dtype=np.int64),
+        "vip": np.array([[True], [False]]),
+        "wide": np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)),  # not C-contiguous
+    }
+    want = service_pb2.ModelInferRequest(model_name="m")
+    for inp in infer_inputs(inputs):
+        want.inputs.append(inp._get_tensor())
+        want.raw_input_contents.append(inp._get_content())
+    for name in ("label", "probabilities"):
+        want.outputs.append(InferRequestedOutput(name)._get_tensor())
+    got = infer_request("m", inputs, ("label", "probabilities"))
+    assert got == want
+    assert got.raw_input_contents[4] == np.arange(6, dtype=np.float32).reshape(2, 3).tobytes()
+    with pytest.raises(GatewayError, match="float16"):
+        infer_request("m", {"x": np.zeros((1, 1), dtype=np.float16)}, ())
 
 
 @pytest.mark.parametrize("missing_column", ["visits", "vip"])
