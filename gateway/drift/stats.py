@@ -90,9 +90,7 @@ def ks_bound(reference: np.ndarray, window: np.ndarray) -> tuple[float, float]:
     return d, KS_C * math.sqrt((n + m) / (n * m))
 
 
-def verdict_of(
-    psi_value: float | None, rows: int, thresholds: Thresholds, null_rise: float = 0.0
-) -> Verdict:
+def verdict_of(psi_value: float | None, rows: int, thresholds: Thresholds, null_rise: float = 0.0) -> Verdict:
     """PSI's verdict and the null rate's rise, the worse of the two (module docstring)."""
     if rows < thresholds.min_rows:
         return "insufficient"
