@@ -212,17 +212,39 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
         )
     ]
     if request.ensemble:
-        from builder.ensemble import FusedModel, ensemble_artifacts, fused_artifact, load_spec
+        from builder.ensemble import (
+            FusedModel,
+            ensemble_artifacts,
+            fused_artifact,
+            load_spec,
+            takes_typed_inputs,
+            typed_spec,
+        )
 
-        # The run's own steps make the generated ones optional (a run may log only its own).
-        spec = load_spec(model, request.ensemble_spec, ctx.workdir, required=not ctx.user_steps)
+        # The run's own steps make the generated ones optional (a run may log only its own); a
+        # typed model's post-only steps need no spec (its classes are the model's).
+        typed = takes_typed_inputs(inputs.layout, inputs.tensors)
+        required = not ctx.user_steps and not typed
+        spec = load_spec(model, request.ensemble_spec, ctx.workdir, required=required)
+        if spec is None and typed and not ctx.user_steps:
+            spec = typed_spec(model)
         ens_drift = ensemble_drift(drift, spec.preprocess if spec is not None else {}, bool(ctx.user_steps))
         ens_params = {k: v for k, v in params.items() if k != "drift.reference"}
         if ens_drift.parameter() is not None:
             ens_params["drift.reference"] = str(ens_drift.parameter())
         if request.ensemble_mode == "fused":
             assert spec is not None  # ServingSteps refuses fused with user steps
-            fused = FusedModel(ctx.name, graph, spec, options, ens_params, warmup, artifacts[0].identity)
+            fused = FusedModel(
+                ctx.name,
+                graph,
+                spec,
+                options,
+                ens_params,
+                warmup,
+                artifacts[0].identity,
+                kind=ctx.model_kind,
+                layout=inputs.layout,
+            )
             extra = [fused_artifact(fused)]
         else:
             extra = ensemble_artifacts(
@@ -234,6 +256,8 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
                 parameters=ens_params,
                 version=ctx.version,
                 user_steps=ctx.user_steps,
+                kind=ctx.model_kind,
+                layout=inputs.layout,
             )
         for art in extra:
             art.metadata.update(

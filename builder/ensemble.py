@@ -9,6 +9,13 @@ The pre/postprocessing parameters come from the MLflow run that trained the mode
 artifact ``serving/ensemble.json`` (``{"preprocess": {...}, "postprocess": {...}}``, the format
 of ``builder/ensemble_models/transforms.py``), with the run param ``decision_threshold``
 overriding the threshold. ``--ensemble-spec FILE`` gives the same JSON from a file instead.
+
+A model whose graph takes typed columns (a scikit-learn Pipeline over a DataFrame) carries
+its preprocessing inside that graph, so its generated steps are post-only: the model, then a
+postprocess that writes class values (``threshold -> label`` for a binary classifier,
+``argmax -> class`` for a multiclass one, a constant lookup of the model's classes), nothing
+for a regressor. Its spec is optional (the classes come from the model, the threshold from
+the run), and a spec that asks it for preprocessing is refused.
 """
 
 from __future__ import annotations
@@ -29,8 +36,15 @@ from builder.config import (
     step_serving_options,
 )
 from builder.convert.base import graph_tensors
-from builder.ensemble_onnx import fused_graph, postprocess_graph, preprocess_graph
+from builder.ensemble_onnx import (
+    fused_graph,
+    label_graph,
+    postprocess_graph,
+    preprocess_graph,
+    typed_fused_graph,
+)
 from builder.errors import UsageError
+from builder.kinds import ModelKind
 from builder.registry import RegistryModel
 from builder.repository import ModelArtifact
 from builder.tensors import TensorSpec
@@ -83,12 +97,62 @@ def load_spec(
         if raw is None:
             return None
         spec = EnsembleSpec.from_dict(raw, f"runs:/{model.run_id}/{RUN_ARTIFACT}")
+    return _run_threshold(spec, model)
+
+
+def _run_threshold(spec: EnsembleSpec, model: RegistryModel) -> EnsembleSpec:
     if "decision_threshold" in model.run_params:
         try:
             spec.postprocess["threshold"] = float(model.run_params["decision_threshold"])
         except ValueError as exc:
             raise UsageError("run param decision_threshold is not a number") from exc
     return spec
+
+
+def typed_spec(model: RegistryModel) -> EnsembleSpec:
+    """The spec of a typed model whose run logs none: post-only steps from the model's classes,
+    with the run's ``decision_threshold`` (else 0.5)."""
+    return _run_threshold(EnsembleSpec({}, {}, "the model's classes and the run's params"), model)
+
+
+def takes_typed_inputs(layout: str, inputs: Sequence[TensorSpec]) -> bool:
+    """Whether the model's graph takes typed inputs (one per column, or several tensors)
+    rather than one float32 matrix: its preprocessing is then inside the graph, and the
+    generated steps are post-only."""
+    return layout == "columns" or len(inputs) != 1 or inputs[0].dtype != "float32"
+
+
+@dataclass(frozen=True)
+class TypedPost:
+    """A typed model's generated postprocess: what it computes and over which classes."""
+
+    postprocess: dict[str, Any]  # threshold, positive_index (binary)
+    classes: tuple[Any, ...]
+    label_dtype: str  # the model's own label's: int64 or string
+
+    def record(self) -> dict[str, Any]:
+        """spec.json beside the graph: the parameters it carries, readable."""
+        return {**self.postprocess, "classes": list(self.classes)}
+
+
+def typed_post(spec: EnsembleSpec, kind: ModelKind | None, outputs: Sequence[TensorSpec]) -> TypedPost | None:
+    """The post-only step of a typed model (None: a regressor, or a model of kind other, gets
+    none); the spec refused where it asks for preprocessing the graph already does."""
+    asked = [k for k in ("impute", "mean", "scale") if spec.preprocess.get(k) is not None]
+    if asked:
+        raise UsageError(
+            f"ensemble spec {spec.source}: preprocess.{'/'.join(asked)} on a model with typed "
+            "column inputs, whose graph carries its own preprocessing",
+            hint="drop 'preprocess' from the spec (keep 'postprocess'), or impute and scale inside "
+            "the model's Pipeline",
+        )
+    by_name = {t.name: t for t in outputs}
+    if kind is None or not kind.is_classifier or kind.classes is None or "probabilities" not in by_name:
+        return None
+    label = by_name.get("label")
+    dtype = label.dtype if label is not None else ("string" if kind.string_labels else "int64")
+    post = dict(spec.postprocess) if kind.kind == "binary" else {}
+    return TypedPost(post, tuple(kind.classes), dtype)
 
 
 def _run_artifact(model: RegistryModel, workdir: Path | None, required: bool) -> Any:
@@ -126,13 +190,8 @@ def _spec_file(spec: dict[str, Any]) -> bytes:
 
 
 def _checked_input(model_inputs: tuple[TensorSpec, ...], spec: EnsembleSpec) -> TensorSpec:
-    """The model's one float32 input, whose width the spec's preprocess must match."""
-    if len(model_inputs) != 1 or model_inputs[0].dtype != "float32":
-        raise UsageError(
-            "--ensemble needs a model with one float32 input (all columns numeric)",
-            hint="a model with string columns carries its preprocessing in its graph: "
-            "export it without --ensemble",
-        )
+    """The model's one float32 input, whose width the spec's preprocess must match (a model
+    with other inputs takes the typed, post-only path: ``takes_typed_inputs``)."""
     (raw,) = model_inputs
     width = raw.shape[1]
     for key in ("impute", "mean", "scale"):
@@ -150,6 +209,35 @@ def _post_tensors() -> tuple[TensorSpec, TensorSpec]:
     return TensorSpec("score", "float32", (-1, 1)), TensorSpec("label", "int64", (-1, 1))
 
 
+def _post_step(
+    name: str,
+    probs: TensorSpec,
+    graph: onnx.ModelProto,
+    record: dict[str, Any],
+    options: ServingOptions,
+    version: int,
+    written: Sequence[TensorSpec] | None = None,
+) -> tuple[ModelArtifact, Node]:
+    """The generated postprocess model ``NAME_postprocess`` (reading ``probs``) and its node;
+    ``written``: its outputs as the config declares them (default: the graph's)."""
+    post_name = f"{name}_postprocess"
+    outs = list(written) if written is not None else list(graph_tensors(graph.graph.output))
+    artifact = ModelArtifact(
+        name=post_name,
+        config=onnx_model_config(post_name, [probs], outs, options),
+        version_files={"model.onnx": graph.SerializeToString(), "spec.json": _spec_file(record)},
+    )
+    node = Node(
+        post_name,
+        "the generated postprocess",
+        "post",
+        (Port(probs.name, probs.name, probs),),
+        tuple(Port(t.name, t.name, t) for t in outs),
+        version=version,
+    )
+    return artifact, node
+
+
 def ensemble_artifacts(
     name: str,
     model_inputs: tuple[TensorSpec, ...],
@@ -159,11 +247,15 @@ def ensemble_artifacts(
     parameters: dict[str, str] | None = None,
     version: int = -1,
     user_steps: Sequence[UserStep] = (),
+    *,
+    kind: ModelKind | None = None,
+    layout: str = "matrix",
 ) -> list[ModelArtifact]:
     """``--ensemble-mode steps``: the Triton ensemble ``NAME_ensemble`` around the exported
     model ``name``: the run's pre steps, the generated preprocess ONNX model (with a spec), the
     model, the generated postprocess, the run's post steps. Every step runs ``version`` (the
-    version this export writes); only the model batches with a queue delay."""
+    version this export writes); only the model batches with a queue delay. A model with typed
+    inputs (``layout``) gets no preprocess and a postprocess over ``kind``'s classes."""
     step_options = step_serving_options(options)
     batched = options.max_batch_size > 0
     artifacts: list[ModelArtifact] = []
@@ -172,7 +264,18 @@ def ensemble_artifacts(
     model_reads = {t.name: t.name for t in model_inputs}
     model_writes = list(model_outputs)
     outputs = [o.name for o in model_outputs]
-    if spec is not None:
+    typed = spec is not None and takes_typed_inputs(layout, model_inputs)
+    post_plan = typed_post(spec, kind, model_outputs) if spec is not None and typed else None
+    if post_plan is not None:
+        probs = next(o for o in model_outputs if o.name == "probabilities")
+        graph = label_graph(post_plan.postprocess, post_plan.classes, post_plan.label_dtype)
+        artifact, node = _post_step(name, probs, graph, post_plan.record(), step_options, version)
+        artifacts.append(artifact)
+        generated_post.append(node)
+        # The looked-up label replaces the model's own.
+        model_writes = [o for o in model_outputs if o.name != "label"]
+        outputs = [o.name for o in model_writes] + [p.tensor for p in node.outputs]
+    if spec is not None and not typed:
         raw = _checked_input(model_inputs, spec)
         pre_name = f"{name}_preprocess"
         features = TensorSpec("features", raw.dtype, raw.shape)
@@ -203,29 +306,13 @@ def ensemble_artifacts(
         outputs = [o.name for o in model_writes]
         by_name = {t.name: t for t in model_outputs}
         if "probabilities" in by_name:
-            probs, post_name = by_name["probabilities"], f"{name}_postprocess"
-            score, label = _post_tensors()
+            probs = by_name["probabilities"]
             post = postprocess_graph(spec.postprocess, probs.shape[1])
-            artifacts.append(
-                ModelArtifact(
-                    name=post_name,
-                    config=onnx_model_config(post_name, [probs], [score, label], step_options),
-                    version_files={
-                        "model.onnx": post.SerializeToString(),
-                        "spec.json": _spec_file(spec.postprocess),
-                    },
-                )
+            artifact, node = _post_step(
+                name, probs, post, spec.postprocess, step_options, version, _post_tensors()
             )
-            generated_post.append(
-                Node(
-                    post_name,
-                    "the generated postprocess",
-                    "post",
-                    (Port(probs.name, probs.name, probs),),
-                    tuple(Port(t.name, t.name, t) for t in (score, label)),
-                    version=version,
-                )
-            )
+            artifacts.append(artifact)
+            generated_post.append(node)
             outputs += ["score", "label"]
     by_input = {t.name: t for t in model_inputs}
     model_node = Node(
@@ -272,20 +359,38 @@ class FusedModel:
     parameters: dict[str, str] | None = None
     warmup_files: dict[str, bytes] | None = None  # the model's, under ``warmup/<input>``
     identity: str | None = None  # the model's export identity, made the fused one's
+    kind: ModelKind | None = None  # what the model answers (a typed model's classes)
+    layout: str = "matrix"  # the model's input layout (builder/signature.py)
 
 
 def fused_artifact(model: FusedModel) -> ModelArtifact:
     """``--ensemble-mode fused``: preprocess -> model -> postprocess as one ONNX model
     ``NAME_ensemble``, with the steps ensemble's inputs and outputs, so clients (and the
     gateway, which tries ``NAME_ensemble`` first) need no change. It is the model itself, so
-    it carries the model's batching, queue delay and instances."""
+    it carries the model's batching, queue delay and instances. A model with typed inputs:
+    model -> postprocess, with the model's own inputs."""
     inputs, outputs = graph_tensors(model.graph.graph.input), graph_tensors(model.graph.graph.output)
-    raw = _checked_input(inputs, model.spec)
-    by_name = {t.name: t for t in outputs}
-    probs = by_name.get("probabilities")
-    post = model.spec.postprocess if probs is not None else None
-    classes = probs.shape[1] if probs is not None else 0
-    graph = fused_graph(model.graph, model.spec.preprocess, post, raw.shape[1], classes)
+    record: dict[str, Any]
+    if takes_typed_inputs(model.layout, inputs):
+        plan = typed_post(model.spec, model.kind, outputs)
+        dtype = plan.label_dtype if plan is not None else "int64"
+        graph = typed_fused_graph(
+            model.graph,
+            plan.postprocess if plan is not None else None,
+            plan.classes if plan is not None else None,
+            dtype,
+        )
+        served_inputs = list(inputs)
+        record = {"preprocess": None, "postprocess": plan.record() if plan is not None else None}
+    else:
+        raw = _checked_input(inputs, model.spec)
+        by_name = {t.name: t for t in outputs}
+        probs = by_name.get("probabilities")
+        post = model.spec.postprocess if probs is not None else None
+        classes = probs.shape[1] if probs is not None else 0
+        graph = fused_graph(model.graph, model.spec.preprocess, post, raw.shape[1], classes)
+        served_inputs = [raw]
+        record = {"preprocess": model.spec.preprocess, "postprocess": post}
     served = graph_tensors(graph.graph.output)
     name, options = f"{model.name}_ensemble", model.options
     warmup = model.warmup_files if options.warmup else None
@@ -297,16 +402,13 @@ def fused_artifact(model: FusedModel) -> ModelArtifact:
         name=name,
         config=onnx_model_config(
             name,
-            [raw],
+            served_inputs,
             served,
             options,
             warmup_files={t.name: t.name for t in inputs} if warmup else None,
             parameters=model.parameters,
         ),
-        version_files={
-            "model.onnx": graph.SerializeToString(),
-            "spec.json": _spec_file({"preprocess": model.spec.preprocess, "postprocess": post}),
-        },
+        version_files={"model.onnx": graph.SerializeToString(), "spec.json": _spec_file(record)},
         model_files=warmup or {},
         identity=identity,
     )

@@ -11,6 +11,7 @@ does: the graph then matches the reference bit for bit, not within a tolerance.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -21,8 +22,8 @@ from builder.errors import UsageError
 
 # What Triton 24.10's onnxruntime runs; a fused graph takes the model's own opset instead.
 STEP_OPSET = 17
-# Every operator the steps use (IsNaN, Where, Sub, Div, Cast, Slice, GreaterOrEqual) exists in
-# this form from opset 13 on.
+# Every operator the steps use (IsNaN, Where, Sub, Div, Cast, Slice, GreaterOrEqual, ArgMax,
+# Gather) exists in this form from opset 13 on.
 MIN_OPSET = 13
 BATCH = "N"
 
@@ -174,5 +175,113 @@ def fused_graph(
             io_map=[("model/probabilities", "post/probabilities")],
             outputs=["probabilities", "score", "label"],
         )
+    onnx.checker.check_model(fused, full_check=True)
+    return fused
+
+
+# Label dtypes a class-value lookup writes (what the converters give a classifier's `label`).
+LABEL_DTYPES = ("int64", "string")
+
+
+def class_values(classes: Sequence[Any], dtype: str) -> np.ndarray:
+    """The classes as the lookup's constant: int64, or strings (ONNX STRING)."""
+    if dtype not in LABEL_DTYPES:
+        raise UsageError(
+            f"--ensemble: the model's label is {dtype}; the generated label lookup writes "
+            f"{' or '.join(LABEL_DTYPES)} labels",
+            hint="export it without --ensemble (the model's own label is served)",
+        )
+    if dtype == "string":
+        return np.array([str(c) for c in classes], dtype=object)
+    if not all(isinstance(c, int) and not isinstance(c, bool) for c in classes):
+        raise UsageError(f"--ensemble: the model's label is int64 but its classes are {list(classes)}")
+    return np.array(classes, dtype=np.int64)
+
+
+def label_graph(
+    postprocess: dict[str, Any],
+    classes: Sequence[Any],
+    label_dtype: str,
+    input_name: str = "probabilities",
+    passthrough: str | None = None,
+    opset: int = STEP_OPSET,
+    ir_version: int | None = None,
+) -> onnx.ModelProto:
+    """The postprocess of a model whose graph carries its own preprocessing (typed columns):
+    its outputs are class values, as the model's own ``label``.
+
+    Binary (2 classes): ``score = probabilities[:, i:i+1]`` and ``label = classes[i]`` where
+    ``score >= threshold``, else the other class (``i`` = ``positive_index``, 1 by default).
+    Multiclass: ``label = classes[argmax(probabilities)]`` (the first of equal maxima, as
+    numpy's argmax). ``passthrough`` also outputs the probabilities under that name."""
+    n = len(classes)
+    values = class_values(classes, label_dtype)
+    elem = TensorProto.STRING if label_dtype == "string" else TensorProto.INT64
+    nodes: list[onnx.NodeProto] = []
+    outputs = [helper.make_tensor_value_info("label", elem, [BATCH, 1])]
+    if n == 2:
+        index = positive_index(postprocess, n)
+        threshold = np.float32(postprocess.get("threshold", 0.5))  # float32: see postprocess_graph
+        lookup = values[[1 - index, index]]  # [negative, positive]: indexed by score >= threshold
+        inits = [
+            numpy_helper.from_array(np.array([index], dtype=np.int64), "post/start"),
+            numpy_helper.from_array(np.array([index + 1], dtype=np.int64), "post/end"),
+            numpy_helper.from_array(np.array([1], dtype=np.int64), "post/axis"),
+            numpy_helper.from_array(np.array(threshold, dtype=np.float32), "post/threshold"),
+            numpy_helper.from_array(lookup, "post/classes"),
+        ]
+        nodes += [
+            helper.make_node("Slice", [input_name, "post/start", "post/end", "post/axis"], ["score"]),
+            helper.make_node("GreaterOrEqual", ["score", "post/threshold"], ["post/positive"]),
+            helper.make_node("Cast", ["post/positive"], ["post/index"], to=TensorProto.INT64),
+        ]
+        outputs.insert(0, helper.make_tensor_value_info("score", TensorProto.FLOAT, [BATCH, 1]))
+    else:
+        inits = [numpy_helper.from_array(values, "post/classes")]
+        nodes.append(helper.make_node("ArgMax", [input_name], ["post/index"], axis=1, keepdims=1))
+    # Gather of a [C] lookup by [N, 1] indices: [N, 1], the model's label shape.
+    nodes.append(helper.make_node("Gather", ["post/classes", "post/index"], ["label"], axis=0))
+    if passthrough is not None:
+        nodes.append(helper.make_node("Identity", [input_name], [passthrough]))
+        outputs.insert(0, helper.make_tensor_value_info(passthrough, TensorProto.FLOAT, [BATCH, n]))
+    graph = helper.make_graph(
+        nodes,
+        "postprocess",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, [BATCH, n])],
+        outputs,
+        initializer=inits,
+    )
+    return _finish(graph, opset, ir_version)
+
+
+def typed_fused_graph(
+    model: onnx.ModelProto,
+    postprocess: dict[str, Any] | None,
+    classes: Sequence[Any] | None,
+    label_dtype: str,
+) -> onnx.ModelProto:
+    """A typed model and its generated postprocess as one graph, with the model's own typed
+    inputs (its preprocessing is already inside it). Without ``postprocess`` (a regressor, or a
+    model of kind other), the model itself."""
+    if postprocess is None or classes is None:
+        fused = onnx.ModelProto()
+        fused.CopyFrom(model)
+        return fused
+    opset = default_opset(model) or STEP_OPSET
+    if opset < MIN_OPSET:
+        raise UsageError(
+            f"--ensemble-mode fused needs a model of opset >= {MIN_OPSET}; this one has {opset}",
+            hint="export with a higher --opset, or use --ensemble-mode steps",
+        )
+    # The model's names under a prefix (its own `label` would clash with the generated one),
+    # its inputs kept: they are the ensemble's, one per column.
+    inner = compose.add_prefix(model, "model/", rename_inputs=False)
+    post = label_graph(
+        postprocess, classes, label_dtype, "post/probabilities", "probabilities", opset, model.ir_version
+    )
+    names = [o.name for o in post.graph.output]
+    fused = compose.merge_models(
+        inner, post, io_map=[("model/probabilities", "post/probabilities")], outputs=names
+    )
     onnx.checker.check_model(fused, full_check=True)
     return fused

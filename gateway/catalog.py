@@ -163,7 +163,10 @@ def spec_from_config(
     config_outputs = tuple(o["name"] for o in config.get("output") or [])
     kind, classes, roles, threshold = _outputs(name, params, config_outputs)
     legacy = "serving.kind" not in params
-    if legacy or kind == "other":
+    if legacy or kind == "other" or config.get("platform") == "ensemble":
+        # A Triton ensemble (builder export --ensemble-mode steps) answers only once its last
+        # step writes a requested output, with every requested one set: asked for a subset
+        # (the probabilities alone), it fails with "unexpected deadlock". So all its outputs.
         requested = config_outputs
     else:
         # A binary model with a threshold gets its label from the gateway, not from the model.

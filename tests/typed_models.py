@@ -98,6 +98,21 @@ def column_transformer_binary(name: str) -> Typed:
     return Typed(name, model, fresh, "binary")
 
 
+def column_transformer_logistic(name: str) -> Typed:
+    """The binary Pipeline with a logistic regression: soft probabilities, so a decision
+    threshold moves labels (the boosted trees' are all near 0 or 1). Not in FACTORIES."""
+    from sklearn.linear_model import LogisticRegression
+
+    X = _frame(400, 0)
+    y = ((X.country == "br") | (X.merchant_risk > 0.7)).astype(int)
+    model = _tabular_pipeline(LogisticRegression()).fit(X, y)
+    _log_sklearn(name, model, X.iloc[:5], reference=X)
+    fresh = _frame(48, 13)
+    fresh.loc[[0, 5], "country"] = "never-seen"
+    fresh.loc[[1, 2], "amount"] = np.nan
+    return Typed(name, model, fresh, "binary")
+
+
 def column_transformer_multiclass_strings(name: str) -> Typed:
     """Multi-class with string class labels (a RandomForest over the same columns)."""
     from sklearn.ensemble import RandomForestClassifier

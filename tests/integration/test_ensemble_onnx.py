@@ -3,7 +3,10 @@
 answer exactly what the bare model plus the numpy reference math answer, and ``builder
 validate`` accepts the repository. A run that logs its own Python-backend steps (a pre step
 that clips the raw features, a business rule that caps the score) gets them wired around the
-generated ones, and served by the same Triton."""
+generated ones, and served by the same Triton. Typed-column Pipelines (their preprocessing in
+their graph) get post-only ensembles in both shapes: the model's answers with the run's
+threshold (binary) or the class looked up by name (multiclass, string classes), read as the
+gateway reads them."""
 
 from __future__ import annotations
 
@@ -17,13 +20,20 @@ import numpy as np
 import pytest
 
 from builder.ensemble_models import transforms
+from builder.export import ExportRequest, export_model
 from builder.runtime.server import TritonServer
-from tests import models, servers
+from tests import models, servers, typed_models
 
 pytestmark = pytest.mark.integration
 
 MODES = {"steps": "enssteps", "fused": "ensfused"}
 USER = "ensuser"  # the model whose run logs its own serving steps
+# Typed-column Pipelines (tests/typed_models.py), one registered name per mode.
+TYPED = {
+    "binary": (typed_models.column_transformer_logistic, 0.3),
+    "multiclass": (typed_models.column_transformer_multiclass_strings, None),
+}
+FEAST = {"feast.feature_service": "svc", "feast.entity_keys": "user_id", "feast.request_fields": ""}
 LOW, HIGH, CAP = 0.0, 500.0, 0.8
 
 # Python-backend models as a team writes them: they run in Triton's own Python (numpy<2).
@@ -108,8 +118,58 @@ def served(
     models.log_serving_step(registered["user"].run_id, "cap", CAP_STEP, CAP_CODE)
     cli = builder("export", f"models:/{USER}@champion", "--repo", str(repo), "--ensemble")
     assert cli.returncode == 0, cli.stderr
+    registered["typed"] = typed_exports(repo)
     with servers.serving(repo, triton_runtime, root / "tritonserver.log") as server:
         yield server, repo, registered
+
+
+def typed_exports(repo: Path) -> dict[tuple[str, str], typed_models.Typed]:
+    """Each typed model registered once per mode, its run given the gateway's Feast tags (and
+    the binary one a decision threshold), exported in-process with ``--ensemble``."""
+    from mlflow import MlflowClient
+
+    client, done = MlflowClient(), {}
+    for kind, (factory, threshold) in TYPED.items():
+        for mode in MODES:
+            name = f"typed-{kind}-{mode}"
+            trained = factory(name)
+            run_id = client.get_model_version_by_alias(name, "champion").run_id
+            for key, value in FEAST.items():
+                client.set_tag(run_id, key, value)
+            if threshold is not None:
+                client.log_param(run_id, "decision_threshold", threshold)
+            request = ExportRequest(f"models:/{name}@champion", repo, ensemble=True, ensemble_mode=mode)
+            export_model(request)
+            done[kind, mode] = trained
+    return done
+
+
+def typed_infer(
+    server: TritonServer, model: str, fresh: Any, outputs: list[str]
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``model``'s Triton config (as JSON) and its answers on ``fresh``, the inputs built from
+    the config's ``serving.columns`` as the gateway builds them."""
+    import json
+
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    config = client.get_model_config(model, as_json=True)["config"]
+    columns = json.loads(config["parameters"]["serving.columns"]["string_value"])
+    inputs = []
+    for column in columns:
+        values = fresh[column["name"]].to_numpy().reshape(-1, 1)
+        array = values.astype(object) if column["dtype"] == "string" else values.astype(column["dtype"])
+        wire = {"string": "BYTES", "float32": "FP32", "int64": "INT64"}[column["dtype"]]
+        inp = grpcclient.InferInput(column["name"], list(array.shape), wire)
+        inp.set_data_from_numpy(array)
+        inputs.append(inp)
+    result = client.infer(model, inputs, outputs=[grpcclient.InferRequestedOutput(o) for o in outputs])
+    return config, {o: result.as_numpy(o) for o in outputs}
+
+
+def text(values: np.ndarray) -> list[Any]:
+    return [v.decode() if isinstance(v, bytes) else v.item() for v in values.ravel()]
 
 
 def raw_rows(reg: models.Registered) -> np.ndarray:
@@ -227,3 +287,41 @@ def test_the_runs_own_python_steps_are_wired_validated_and_served(
     )
     assert "hint: use --ensemble-mode steps" in fused.stderr
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("kind", list(TYPED))
+def test_typed_models_get_post_only_ensembles_that_answer_like_the_bare_model(
+    served: tuple[TritonServer, Path, dict[str, Any]], kind: str, mode: str
+) -> None:
+    from gateway.catalog import spec_from_config
+    from gateway.responses import predictions
+
+    server, repo, registered = served
+    trained = registered["typed"][kind, mode]
+    name, threshold = trained.name, TYPED[kind][1]
+    fresh = trained.fresh
+    _, bare = typed_infer(server, name, fresh, ["probabilities", "label"])
+    outputs = ["probabilities", "score", "label"] if kind == "binary" else ["probabilities", "label"]
+    config, got = typed_infer(server, f"{name}_ensemble", fresh, outputs)
+    # The model's typed inputs, no preprocess step: the Pipeline's preprocessing is in its graph.
+    assert {i["name"] for i in config["input"]} == set(fresh.columns)
+    assert not (repo / f"{name}_preprocess").exists()
+    np.testing.assert_array_equal(got["probabilities"], bare["probabilities"])
+    probs, classes = bare["probabilities"], list(trained.native.classes_)
+    if kind == "binary":
+        np.testing.assert_array_equal(got["score"][:, 0], probs[:, 1])
+        want = [classes[1] if p >= np.float32(threshold) else classes[0] for p in probs[:, 1]]
+        assert want != text(bare["label"]), "the threshold changes no label: the test would not see it"
+    else:
+        want = [classes[i] for i in probs.argmax(axis=1)]
+        assert want == text(bare["label"])  # the class by name, as the model's own label
+    assert text(got["label"]) == want
+    # The gateway reads the ensemble by the roles its parameters name, and answers the same.
+    spec = spec_from_config(name, f"{name}_ensemble", "1", config, {"user_id": "int64"})
+    _, answer = typed_infer(server, f"{name}_ensemble", fresh, list(spec.outputs))
+    labels = [p.label for p in predictions(spec, answer, [False] * len(fresh))]
+    assert labels == want
+    # The drift reference rides with the ensemble: its inputs are the model's own.
+    assert "drift.reference" in config["parameters"]
+    # (`builder validate` over the whole repository, these included: the test above.)

@@ -110,6 +110,16 @@ def test_a_regressor_asks_triton_for_its_value_output_only():
     assert spec.kind == "regression" and spec.classes is None and spec.outputs == ("label",)
 
 
+def test_a_triton_ensemble_is_asked_for_every_output():
+    # Triton's ensemble scheduler fails a request for a subset ("unexpected deadlock"): the
+    # binary model with a threshold, which needs only its probabilities, asks for all of them.
+    cfg = columns_config(**{"serving.decision_threshold": "0.3"})
+    assert spec_of(cfg).outputs == ("probabilities",)
+    cfg["platform"] = "ensemble"
+    cfg["output"] = [{"name": o} for o in ("probabilities", "score", "label")]
+    assert spec_of(cfg).outputs == ("probabilities", "score", "label")
+
+
 def test_kind_other_passes_every_output_through():
     cfg = columns_config(**{"serving.kind": "other", "serving.outputs": {}})
     assert spec_of(cfg).outputs == ("label", "probabilities")
