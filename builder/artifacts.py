@@ -258,8 +258,13 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
                 user_steps=ctx.user_steps,
                 kind=ctx.model_kind,
                 layout=inputs.layout,
+                step_models=ctx.step_models,
             )
         for art in extra:
+            # A registered-model step keeps its own source (the model its ONNX graph was
+            # converted from, whose parity it records); ``export`` names the export that wrote
+            # it beside the ensemble, which `builder validate`'s one-export check reads.
+            own = art.metadata.get("source")
             art.metadata.update(
                 {
                     "source": metadata["source"],
@@ -269,9 +274,17 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
                     **({"drift": ens_drift.to_metadata()} if art.name == f"{ctx.name}_ensemble" else {}),
                 }
             )
+            if own is not None:
+                art.metadata["source"], art.metadata["export"] = own, metadata["source"]
         if ctx.user_steps:
             extra[-1].metadata["user_steps"] = [
-                {"name": s.name, "position": s.position, "source": s.source} for s in ctx.user_steps
+                {
+                    "name": s.name,
+                    "position": s.position,
+                    "source": s.source,
+                    **({"model": s.model.raw} if s.model is not None else {}),
+                }
+                for s in ctx.user_steps
             ]
         artifacts += extra
     return artifacts

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,7 @@ from builder.kinds import ModelKind
 from builder.registry import RegistryModel
 from builder.repository import ModelArtifact
 from builder.tensors import TensorSpec
-from builder.user_step_models import user_step_artifact
+from builder.user_step_models import StepModel, user_step_artifact
 from builder.user_steps import UserStep
 from builder.wiring import Node, Port, wire
 
@@ -250,12 +250,14 @@ def ensemble_artifacts(
     *,
     kind: ModelKind | None = None,
     layout: str = "matrix",
+    step_models: Mapping[str, StepModel] | None = None,
 ) -> list[ModelArtifact]:
     """``--ensemble-mode steps``: the Triton ensemble ``NAME_ensemble`` around the exported
     model ``name``: the run's pre steps, the generated preprocess ONNX model (with a spec), the
     model, the generated postprocess, the run's post steps. Every step runs ``version`` (the
     version this export writes); only the model batches with a queue delay. A model with typed
-    inputs (``layout``) gets no preprocess and a postprocess over ``kind``'s classes."""
+    inputs (``layout``) gets no preprocess and a postprocess over ``kind``'s classes.
+    ``step_models``: the registered-model user steps, exported (by step name)."""
     step_options = step_serving_options(options)
     batched = options.max_batch_size > 0
     artifacts: list[ModelArtifact] = []
@@ -323,7 +325,8 @@ def ensemble_artifacts(
         tuple(Port(o.name, o.name, o) for o in model_writes),
         version=version,
     )
-    user = [user_step_artifact(name, step, options, version) for step in user_steps]
+    exported = step_models or {}
+    user = [user_step_artifact(name, step, options, version, exported.get(step.name)) for step in user_steps]
     artifacts += [art for art, _ in user]
     user_pre = [node for (_, node), s in zip(user, user_steps, strict=True) if s.position == "pre"]
     user_post = [node for (_, node), s in zip(user, user_steps, strict=True) if s.position == "post"]

@@ -8,6 +8,8 @@ earlier steps left and returns one status line; nothing is loaded or run twice.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,7 @@ from builder.registry import RegistryModel, fetch_model, tracking_uri
 from builder.repository import ModelArtifact, WriteResult, write_models
 from builder.signature import ModelInputs, inputs_from_signature
 from builder.uri import ModelURI
+from builder.user_step_models import StepModel, step_model_name, step_options
 from builder.user_steps import UserStep, load_run_steps
 
 if TYPE_CHECKING:
@@ -57,6 +60,7 @@ class ExportContext:
     parity: ParityReport | None = None
     drift: Drift | None = None
     user_steps: list[UserStep] = field(default_factory=list)  # the run's serving/steps/
+    step_models: dict[str, StepModel] = field(default_factory=dict)  # registered-model steps, by step
     artifacts: list[ModelArtifact] = field(default_factory=list)
     plan_parity: ParityReport | None = None
     written: list[WriteResult] = field(default_factory=list)
@@ -157,23 +161,62 @@ class ServingSteps(Step):
         if not ctx.user_steps:
             return "none (generated steps only)"
         names = ", ".join(f"{s.name} ({s.position})" for s in ctx.user_steps)
-        by_uri = [s for s in ctx.user_steps if s.model is not None]
-        if by_uri:
-            # The format takes them (docs/user-steps.md); their export, under the other model's
-            # own version inside this export's commit, is not built yet: refused before any work.
-            step, uri = by_uri[0], by_uri[0].model.raw if by_uri[0].model else ""
-            raise UsageError(
-                f"{step.label}: a registered-model step ({uri}) is not exported by this builder yet",
-                hint=f"export {uri} on its own, or log the step as a Python-backend model.py",
-            )
         if ctx.request.ensemble_mode == "fused":
+            python = any(s.model is None for s in ctx.user_steps)
             raise UsageError(
                 f"--ensemble-mode fused cannot fuse the run's serving step(s) {names}: "
-                "a Python-backend model is no ONNX graph",
+                + (
+                    "a Python-backend model is no ONNX graph"
+                    if python
+                    else "fused merges only the generated steps into the model's graph"
+                ),
                 hint="use --ensemble-mode steps: the generated steps stay ONNX, only the run's "
-                "own steps run in the Python backend",
+                "own steps run as models of their own",
             )
         return names
+
+
+class StepModels(Step):
+    """The run's registered-model steps (``"model": "models:/NAME@ALIAS"``): each exported
+    through the normal path (resolve, load, parity rows, convert, parity, describe: its own
+    conversion, parity and serving facts) as the ONNX model ``NAME_<step>``. Nothing is written
+    here: the artifacts join the export's one write, at the export's version like every step,
+    so that the ensemble config stays the one commit point (builder/repository.py)."""
+
+    def title(self, ctx: ExportContext) -> None:
+        return None
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        for step in ctx.user_steps:
+            if step.model is not None:
+                ctx.step_models[step.name] = _export_step_model(ctx, step, step.model, timed)
+        return ", ".join(ctx.step_models)
+
+
+def _export_step_model(ctx: ExportContext, step: UserStep, uri: ModelURI, timed: Timed) -> StepModel:
+    name = step_model_name(ctx.name, step)
+    request = dataclasses.replace(
+        ctx.request,
+        model_uri=uri.raw,
+        name=name,
+        serving=step_options(step, ctx.request.serving),
+        ensemble=False,
+        ensemble_spec=None,
+        ensemble_mode="steps",
+        reference=None,
+        formats=("onnx",),  # a plan (--format tensorrt) is the model's; a step stays ONNX
+    )
+    workdir = ctx.workdir / f"step-{step.name}"
+    workdir.mkdir(parents=True, exist_ok=True)
+    sub = ExportContext(request=request, uri=uri, name=name, workdir=workdir)
+    # Drift is watched on the model the ensemble serves (docs/drift.md), not on its steps.
+    sub.drift = Drift(None, "an ensemble step: the drift reference is the served model's")
+    for part in (Resolve(), Load(), ParityRows(), Convert(), Parity(), Describe()):
+        timed(f"{step.label}: {part.title(sub)}", functools.partial(part.run, sub, timed), str)
+    ctx.warnings += [f"{step.label}: {w}" for w in sub.warnings]
+    (artifact,) = sub.artifacts
+    graph = sub.graph.graph
+    return StepModel(artifact, tuple(graph_tensors(graph.input)), tuple(graph_tensors(graph.output)))
 
 
 class Load(Step):
@@ -356,7 +399,8 @@ class Write(Step):
 
 def pipeline(ctx: ExportContext) -> list[Step]:
     steps: list[Step] = [Resolve(), *([ServingSteps()] if ctx.request.ensemble else [])]
-    steps += [Load(), ParityRows(), Convert(), Parity(), Reference(), Describe()]
+    steps += [Load(), ParityRows(), Convert(), Parity(), Reference()]
+    steps += [*([StepModels()] if ctx.request.ensemble else []), Describe()]
     if ctx.preflight is not None:
         steps.append(Plan())
     return [*steps, Write()]

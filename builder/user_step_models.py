@@ -5,6 +5,8 @@ builder exported itself."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 from builder.config import ServingOptions, python_model_config, step_serving_options
 from builder.errors import UsageError
@@ -12,7 +14,19 @@ from builder.names import validate_model_name
 from builder.repository import ModelArtifact
 from builder.tensors import TensorSpec, dtype_from_triton
 from builder.user_steps import StepPort, UserStep
-from builder.wiring import Node, Port
+from builder.wiring import Node, Port, describe, dims_agree
+
+_HINT = "fix the step's step.json (docs/user-steps.md): a registered-model step names its model's tensors"
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """A registered-model step exported through the normal path (its own conversion and
+    parity): its ONNX model's artifact, named ``<model>_<step>``, and its graph's tensors."""
+
+    artifact: ModelArtifact
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
 
 
 def step_model_name(model: str, step: UserStep) -> str:
@@ -51,13 +65,19 @@ def _spec(port: StepPort, batched: bool) -> TensorSpec:
 
 
 def user_step_artifact(
-    model: str, step: UserStep, options: ServingOptions, version: int
+    model: str,
+    step: UserStep,
+    options: ServingOptions,
+    version: int,
+    exported: StepModel | None = None,
 ) -> tuple[ModelArtifact, Node]:
-    """The Python step's model (config, and ``model.py`` with the folder's other files in
-    version ``version``) and its node in the ensemble."""
+    """The step's model and its node in the ensemble: a Python step's config, and
+    ``model.py`` with the folder's other files in version ``version``; a registered-model
+    step's ``exported`` model (builder.steps.StepModels), its tensors its graph's."""
     if step.model is not None:
-        raise UsageError(f"{step.label}: registered-model steps are not exported by this builder yet")
-    # (builder.steps.ServingSteps refuses them before any conversion work; this guards callers.)
+        if exported is None:
+            raise UsageError(f"{step.label}: {step.model.raw} was not exported with this ensemble")
+        return exported.artifact, registered_step_node(step, exported, options, version)
     name = step_model_name(model, step)
     served = step_options(step, options)
     batched = served.max_batch_size > 0
@@ -82,3 +102,48 @@ def user_step_artifact(
         version=version,
     )
     return artifact, node
+
+
+def registered_step_node(step: UserStep, exported: StepModel, options: ServingOptions, version: int) -> Node:
+    """The node of a registered-model step: each port typed by the exported graph's tensor of
+    its name, a ``data_type``/``dims`` step.json gives checked against it, and every graph input
+    mapped (Triton runs no step with an input left unfed)."""
+    assert step.model is not None
+    uri, batched = step.model.raw, step_options(step, options).max_batch_size > 0
+    inputs = _typed_ports(step, "input", step.inputs, exported.inputs, batched)
+    unmapped = sorted({t.name for t in exported.inputs} - {p.name for p in step.inputs})
+    if unmapped:
+        raise UsageError(
+            f"{step.label}: {uri} takes input(s) {unmapped} that step.json does not map",
+            hint=f'add {{"name": "{unmapped[0]}", "from": "<ensemble tensor>"}} to the step\'s "inputs"',
+        )
+    outputs = _typed_ports(step, "output", step.outputs, exported.outputs, batched)
+    name = exported.artifact.name
+    return Node(name, step.label, step.position, inputs, outputs, user=True, version=version)
+
+
+def _typed_ports(
+    step: UserStep, kind: str, ports: Sequence[StepPort], tensors: Sequence[TensorSpec], batched: bool
+) -> tuple[Port, ...]:
+    assert step.model is not None
+    by_name, typed = {t.name: t for t in tensors}, []
+    for port in ports:
+        real = by_name.get(port.name)
+        where = f"{step.label}: {kind} {port.name!r}"
+        if real is None:
+            raise UsageError(
+                f"{where} is not an {kind} of {step.model.raw} ({', '.join(sorted(by_name))})", hint=_HINT
+            )
+        declared_dims = real.shape[1:] if batched and real.batched else real.shape
+        wrong_type = port.data_type is not None and dtype_from_triton(port.data_type) != real.dtype
+        wrong_dims = port.dims is not None and not dims_agree(tuple(port.dims), tuple(declared_dims))
+        if wrong_type or wrong_dims:
+            dtype = port.data_type or describe(real, batched).split()[0]
+            said = f"{dtype} {list(port.dims or declared_dims)}"
+            raise UsageError(
+                f"{where} is declared {said}, but {step.model.raw}'s exported graph has "
+                f"{describe(real, batched)}",
+                hint="leave data_type/dims out (a registered-model step's come from its graph), or fix them",
+            )
+        typed.append(Port(port.name, port.tensor, real, port.ensemble_input))
+    return tuple(typed)

@@ -182,6 +182,9 @@ def parse_step(name: str, files: dict[str, bytes], source: str) -> UserStep:
         names = [p.name for p in ports[kind]]
         if len(set(names)) != len(names):
             raise _fail(source, f"{kind} names repeat: {names}")
+    hints = _hints(source, spec.get("config"))
+    if model is not None and hints.parameters:
+        raise _fail(source, 'config.parameters are read by a model.py; a "model" step is an ONNX graph')
     written = [p.tensor for p in ports["output"]]
     if len(set(written)) != len(written):
         raise _fail(source, f"two outputs write the same ensemble tensor: {written}")
@@ -191,7 +194,7 @@ def parse_step(name: str, files: dict[str, bytes], source: str) -> UserStep:
         order=order,
         inputs=ports["input"],
         outputs=ports["output"],
-        hints=_hints(source, spec.get("config")),
+        hints=hints,
         source=source,
         files={k: v for k, v in files.items() if model is None},
         model=model,

@@ -107,8 +107,11 @@ def _check_one_export(
 
 
 def _source(version_dir: Path) -> str | None:
-    """Which registry version (and run) a version folder was exported from, per its metadata."""
-    source = (read_metadata(version_dir) or {}).get("source")
+    """Which registry version (and run) a version folder was exported from, per its metadata:
+    for a registered-model step (an ONNX model converted from another registry model), the
+    export that wrote it beside its ensemble (``export``), not the model it came from."""
+    metadata = read_metadata(version_dir) or {}
+    source = metadata.get("export", metadata.get("source"))
     if not isinstance(source, dict):
         return None
     model = source.get("registered_name") or source.get("uri")

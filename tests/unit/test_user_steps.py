@@ -8,13 +8,17 @@ import json
 from pathlib import Path
 from typing import Any
 
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
-from builder.config import ServingOptions, onnx_model_config, parse_pbtxt, to_pbtxt
+from builder.config import ServingOptions, onnx_model_config, parse_pbtxt, step_serving_options, to_pbtxt
 from builder.convert.base import graph_tensors
 from builder.ensemble import EnsembleSpec, ensemble_artifacts
 from builder.errors import UsageError
 from builder.repository import ModelArtifact, write_models
+from builder.tensors import TensorSpec
+from builder.user_step_models import StepModel
 from builder.user_steps import UserStep, parse_step, read_step_dirs
 from builder.validate import validate_repository
 from tests.unit.test_repository_validate import tiny_classifier
@@ -236,12 +240,140 @@ def test_validate_names_the_broken_step_and_tensor(repo_dir: Path, edit: str) ->
     assert all("\n" not in p for p in problems)
 
 
-def test_a_registered_model_step_parses_but_is_not_exported_yet() -> None:
-    spec = {"position": "pre", "model": "models:/encoder@champion", "inputs": [{"name": "input"}]}
-    spec["outputs"] = [{"name": "embedding", "to": "input"}]
-    parsed = step("encode", spec, code=None)
-    assert parsed.model is not None and parsed.model.name == "encoder" and parsed.files == {}
+def risk_graph() -> onnx.ModelProto:
+    """The graph a registered model exports as: prediction = probabilities @ W (a Ridge on the
+    main model's probabilities, say)."""
+    w = helper.make_tensor("W", TensorProto.FLOAT, [2, 1], [0.25, 2.0])
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["input", "W"], ["prediction"])],
+        "risk",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [-1, 2])],
+        [helper.make_tensor_value_info("prediction", TensorProto.FLOAT, [-1, 1])],
+        [w],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+RISK = {
+    "position": "post",
+    "model": "models:/risk@champion",
+    "inputs": [{"name": "input", "from": "probabilities"}],
+    "outputs": [{"name": "prediction", "to": "risk"}],
+}
+
+
+def risk_model(extra_inputs: tuple[TensorSpec, ...] = (), export: bool = True) -> StepModel:
+    """The registered step as builder.steps.StepModels leaves it: an ONNX artifact with its
+    own source, and the export that wrote it (``export``: what validate's one-export check reads)."""
+    graph = risk_graph()
+    inputs, outputs = graph_tensors(graph.graph.input), graph_tensors(graph.graph.output)
+    metadata: dict[str, Any] = {"source": {"registered_name": "risk", "version": 4, "run_id": "r2"}}
+    if export:
+        metadata["export"] = {"uri": "models:/tiny/1"}
+    artifact = ModelArtifact(
+        name="tiny_risk",
+        config=onnx_model_config("tiny_risk", inputs, outputs, step_serving_options(ServingOptions())),
+        version_files={"model.onnx": graph.SerializeToString()},
+        metadata=metadata,
+    )
+    return StepModel(artifact, (*inputs, *extra_inputs), tuple(outputs))
+
+
+def build_risk(spec: dict[str, Any], exported: StepModel | None = None) -> list[ModelArtifact]:
+    model = tiny_classifier()
+    inputs, outputs = graph_tensors(model.graph.input), graph_tensors(model.graph.output)
+    serving = ServingOptions()
+    main = ModelArtifact(
+        name="tiny",
+        config=onnx_model_config("tiny", inputs, outputs, serving),
+        version_files={"model.onnx": model.SerializeToString()},
+        metadata={"source": {"uri": "models:/tiny/1"}},
+    )
+    steps = [step("risk", spec, code=None)]
+    models = {"risk": exported or risk_model()}
+    return [
+        main,
+        *ensemble_artifacts(
+            "tiny", inputs, outputs, SPEC, serving, version=1, user_steps=steps, step_models=models
+        ),
+    ]
+
+
+def test_a_registered_model_step_is_typed_by_its_graph_wired_and_validates(repo_dir: Path) -> None:
+    parsed = step("risk", RISK, code=None)
+    assert parsed.model is not None and parsed.model.name == "risk" and parsed.files == {}
+    arts = by_name(build_risk(RISK))
+    ensemble = arts["tiny_ensemble"].config
+    last = ensemble.ensemble_scheduling.step[-1]
+    assert (last.model_name, last.model_version) == ("tiny_risk", 1)
+    assert (dict(last.input_map), dict(last.output_map)) == (
+        {"input": "probabilities"},
+        {"prediction": "risk"},
+    )
+    # Its new tensor is a new ensemble output, typed by the graph (step.json gave no type).
+    assert [(t.name, list(t.dims)) for t in ensemble.output][-1] == ("risk", [1])
+    assert arts["tiny_risk"].config.backend == "onnxruntime"
+    write_models(repo_dir, 1, list(arts.values()))
+    assert validate_repository(repo_dir)[1] == []
+
+
+def test_validate_reads_a_registered_step_by_the_export_that_wrote_it(repo_dir: Path) -> None:
+    # Without ``export``, its source (risk v4) is another export's: what a mixed ensemble shows.
+    write_models(repo_dir, 1, build_risk(RISK, risk_model(export=False)))
+    problems = validate_repository(repo_dir)[1]
+    assert any("a mixed ensemble" in p and "tiny_risk/1 from risk v4" in p for p in problems), problems
+
+
+def test_validate_catches_a_broken_registered_step(repo_dir: Path) -> None:
+    write_models(repo_dir, 1, build_risk(RISK))
+    config = repo_dir / "tiny_risk" / "config.pbtxt"
+    config.write_text(config.read_text().replace('name: "input"', 'name: "inp"'))
+    problems = validate_repository(repo_dir)[1]
+    assert any(
+        "tiny_ensemble: step 4 (tiny_risk): input_map key 'input' is not an input of" in p for p in problems
+    )
+    assert any("tiny_risk: config input 'inp' is not in the ONNX graph" in p for p in problems), problems
+
+
+REGISTERED_ERRORS = {
+    "unknown tensor": (
+        {**RISK, "inputs": [{"name": "x", "from": "probabilities"}]},
+        "post step 'risk': input 'x' is not an input of models:/risk@champion (input)",
+    ),
+    "declared dtype": (
+        {**RISK, "outputs": [{"name": "prediction", "to": "risk", "data_type": "TYPE_INT64"}]},
+        "post step 'risk': output 'prediction' is declared TYPE_INT64 [1], but models:/risk@champion's "
+        "exported graph has TYPE_FP32 [1]",
+    ),
+    "declared dims": (
+        {**RISK, "inputs": [{"name": "input", "from": "probabilities", "dims": [3]}]},
+        "post step 'risk': input 'input' is declared TYPE_FP32 [3], but models:/risk@champion's "
+        "exported graph has TYPE_FP32 [2]",
+    ),
+    "fed wrongly": (
+        {**RISK, "inputs": [{"name": "input", "from": "score"}]},
+        "post step 'risk': input 'input' is TYPE_FP32 [2], but the generated postprocess's 'score' is "
+        "TYPE_FP32 [1]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REGISTERED_ERRORS))
+def test_a_registered_step_mapped_wrongly_is_refused(case: str) -> None:
+    spec, message = REGISTERED_ERRORS[case]
+    with pytest.raises(UsageError) as err:
+        build_risk(spec)
+    assert message in err.value.message, err.value.message
+    assert err.value.exit_code == 2 and err.value.hint
+
+
+def test_a_registered_step_must_feed_every_input_of_its_graph() -> None:
+    with pytest.raises(UsageError, match=r"takes input\(s\) \['bias'\] that step.json does not map"):
+        build_risk(RISK, risk_model(extra_inputs=(TensorSpec("bias", "float32", (-1, 1)),)))
+
+
+def test_a_registered_step_is_one_thing_and_takes_no_parameters() -> None:
     with pytest.raises(UsageError, match="has both"):
-        step("encode", spec)
-    with pytest.raises(UsageError, match="registered-model steps are not exported"):
-        build([parsed])
+        step("risk", RISK)
+    with pytest.raises(UsageError, match=r"config\.parameters are read by a model\.py"):
+        step("risk", {**RISK, "config": {"parameters": {"cap": "1"}}}, code=None)
