@@ -136,6 +136,24 @@ def pytorch_mlp(name: str) -> Registered:
     return _register(name, info, module, pd.DataFrame(x.numpy()))
 
 
+def sklearn_on_probabilities(name: str) -> Registered:
+    """A small regressor over a binary classifier's two probabilities (columns ``p0``, ``p1``),
+    as a team registers a risk or calibration model that an ensemble runs after its classifier
+    (a registered-model serving step, docs/user-steps.md)."""
+    import mlflow
+    from sklearn.linear_model import Ridge
+
+    rng = np.random.default_rng(2)
+    p1 = rng.uniform(0, 1, 200)
+    X = pd.DataFrame({"p0": 1 - p1, "p1": p1})
+    model = Ridge(alpha=0.1).fit(X, 3 * p1 - 1 + rng.normal(0, 0.1, 200))
+    with mlflow.start_run():
+        info = mlflow.sklearn.log_model(
+            model, name="model", input_example=X.iloc[:5], registered_model_name=name
+        )
+    return _register(name, info, model, X)
+
+
 def sklearn_for_ensemble(name: str, threshold: float = 0.3) -> Registered:
     """A classifier trained on preprocessed features, with the preprocessing and threshold
     logged in its run (``serving/ensemble.json``, param ``decision_threshold``), as a team
@@ -168,7 +186,8 @@ def sklearn_for_ensemble(name: str, threshold: float = 0.3) -> Registered:
 
 def log_serving_step(run_id: str, step: str, spec: dict[str, Any], code: str | None) -> None:
     """Log a serving step into a finished run, as training code logs one
-    (``serving/steps/<step>/step.json`` and its Python-backend ``model.py``)."""
+    (``serving/steps/<step>/step.json`` and its Python-backend ``model.py``; no code: a step
+    whose step.json names a registered ``"model"``)."""
     import json
 
     from mlflow import MlflowClient

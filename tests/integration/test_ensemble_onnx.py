@@ -3,7 +3,9 @@
 answer exactly what the bare model plus the numpy reference math answer, and ``builder
 validate`` accepts the repository. A run that logs its own Python-backend steps (a pre step
 that clips the raw features, a business rule that caps the score) gets them wired around the
-generated ones, and served by the same Triton. Typed-column Pipelines (their preprocessing in
+generated ones, and served by the same Triton, with a post step that is another registered
+model (a small regressor over the probabilities, exported through the normal path as the ONNX
+step ``ensuser_risk``). Typed-column Pipelines (their preprocessing in
 their graph) get post-only ensembles in both shapes: the model's answers with the run's
 threshold (binary) or the class looked up by name (multiclass, string classes), read as the
 gateway reads them."""
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from builder.ensemble_models import transforms
@@ -28,6 +31,8 @@ pytestmark = pytest.mark.integration
 
 MODES = {"steps": "enssteps", "fused": "ensfused"}
 USER = "ensuser"  # the model whose run logs its own serving steps
+RISK = "ensrisk"  # a registered model one of those steps runs (a regressor over probabilities)
+USER_OUTPUTS = ["probabilities", "score", "label", "risk"]  # all: Triton's ensembles need them all
 # Typed-column Pipelines (tests/typed_models.py), one registered name per mode.
 TYPED = {
     "binary": (typed_models.column_transformer_logistic, 0.3),
@@ -83,6 +88,14 @@ CAP_STEP = {
     "inputs": [{"name": "score", "data_type": "TYPE_FP32", "dims": [1], "from": "score"}],
     "outputs": [{"name": "capped", "data_type": "TYPE_FP32", "dims": [1], "to": "score"}],
 }
+# Another registered model as a step: its tensors (the exported graph's `input`, `prediction`)
+# need no types here; it reads the model's probabilities and writes a new ensemble output.
+RISK_STEP = {
+    "position": "post",
+    "model": f"models:/{RISK}@champion",
+    "inputs": [{"name": "input", "from": "probabilities"}],
+    "outputs": [{"name": "prediction", "to": "risk"}],
+}
 
 
 def builder(*args: str) -> subprocess.CompletedProcess[str]:
@@ -116,6 +129,8 @@ def served(
     registered["user"] = models.sklearn_for_ensemble(USER)
     models.log_serving_step(registered["user"].run_id, "clip", CLIP_STEP, CLIP_CODE)
     models.log_serving_step(registered["user"].run_id, "cap", CAP_STEP, CAP_CODE)
+    registered["risk"] = models.sklearn_on_probabilities(RISK)
+    models.log_serving_step(registered["user"].run_id, "risk", RISK_STEP, None)
     cli = builder("export", f"models:/{USER}@champion", "--repo", str(repo), "--ensemble")
     assert cli.returncode == 0, cli.stderr
     registered["typed"] = typed_exports(repo)
@@ -249,7 +264,7 @@ def test_the_runs_own_python_steps_are_wired_validated_and_served(
     reg = registered["user"]
     raw = raw_rows(reg)
     raw[5:8] *= 40  # rows the clip step changes (amount, user_age_days beyond HIGH)
-    got = infer(server, f"{USER}_ensemble", raw, ["probabilities", "score", "label"])
+    got = infer(server, f"{USER}_ensemble", raw, USER_OUTPUTS)
     # Independently: clip, then the run's preprocessing, the bare model on Triton, the
     # threshold on the model's score, and the business rule's cap on the served score.
     clipped = np.clip(raw, LOW, HIGH)
@@ -287,6 +302,36 @@ def test_the_runs_own_python_steps_are_wired_validated_and_served(
     )
     assert "hint: use --ensemble-mode steps" in fused.stderr
     assert not any(tmp_path.iterdir())
+
+
+def test_a_registered_model_step_is_exported_and_served_after_the_model(
+    served: tuple[TritonServer, Path, dict[str, Any]],
+) -> None:
+    import json
+
+    import tritonclient.grpc as grpcclient
+
+    server, repo, registered = served
+    user, risk = registered["user"], registered["risk"]
+    raw = raw_rows(user)
+    got = infer(server, f"{USER}_ensemble", raw, USER_OUTPUTS)
+    # Independently: the bare model on the clipped, preprocessed rows, then the registered
+    # regressor run natively (scikit-learn) on its probabilities.
+    features = transforms.preprocess(np.clip(raw, LOW, HIGH), user.extra["spec"]["preprocess"])
+    bare = infer(server, USER, features, ["probabilities"])["probabilities"]
+    native = risk.native.predict(pd.DataFrame(bare.astype(np.float64), columns=["p0", "p1"]))
+    assert got["risk"].shape == (len(raw), 1) and got["risk"].dtype == np.float32
+    np.testing.assert_allclose(got["risk"][:, 0], native, rtol=1e-5, atol=1e-5)
+    assert np.ptp(native) > 0.5, "the regressor answers a constant: the test would not see it"
+    # Its own ONNX model on onnxruntime, at the export's version, pinned by the ensemble; its
+    # metadata names the model it came from and the export that wrote it.
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    assert client.get_model_config(f"{USER}_risk").config.backend == "onnxruntime"
+    meta = json.loads((repo / f"{USER}_risk" / str(user.version) / "metadata.json").read_text())
+    assert (meta["source"]["registered_name"], meta["source"]["version"]) == (RISK, risk.version)
+    assert (meta["export"]["registered_name"], meta["export"]["version"]) == (USER, user.version)
+    assert meta["parity"]["rows"] > 0
+    # (`builder validate` over the repository, this step included: the test above.)
 
 
 @pytest.mark.parametrize("mode", list(MODES))
