@@ -21,7 +21,7 @@ import onnx
 from builder.artifacts import model_artifacts, opset_of
 from builder.convert import converter_for
 from builder.convert.base import FlavorConverter, check_model, graph_tensors, normalize_outputs
-from builder.errors import ConversionError, ParityError, UsageError
+from builder.errors import BuilderError, ConversionError, ParityError, UsageError
 from builder.feeds import Feeds, build_feeds, example_digest, example_tensors
 from builder.kinds import ModelKind
 from builder.names import validate_model_name
@@ -60,7 +60,8 @@ class ExportContext:
     parity: ParityReport | None = None
     drift: Drift | None = None
     user_steps: list[UserStep] = field(default_factory=list)  # the run's serving/steps/
-    step_models: dict[str, StepModel] = field(default_factory=dict)  # registered-model steps, by step
+    step_exports: dict[str, ExportContext] = field(default_factory=dict)  # registered-model steps
+    step_models: dict[str, StepModel] = field(default_factory=dict)  # ... exported, by step name
     artifacts: list[ModelArtifact] = field(default_factory=list)
     plan_parity: ParityReport | None = None
     written: list[WriteResult] = field(default_factory=list)
@@ -179,21 +180,38 @@ class ServingSteps(Step):
 class StepModels(Step):
     """The run's registered-model steps (``"model": "models:/NAME@ALIAS"``): each exported
     through the normal path (resolve, load, parity rows, convert, parity, describe: its own
-    conversion, parity and serving facts) as the ONNX model ``NAME_<step>``. Nothing is written
-    here: the artifacts join the export's one write, at the export's version like every step,
-    so that the ensemble config stays the one commit point (builder/repository.py)."""
+    conversion, parity and serving facts) as the ONNX model ``NAME_<step>``. ``resolve`` runs
+    first, before any conversion work (a step naming no model is refused at once); the rest
+    after the model's parity. Nothing is written here: the artifacts join the export's one
+    write, at the export's version like every step, so that the ensemble config stays the one
+    commit point (builder/repository.py)."""
+
+    def __init__(self, parts: tuple[type[Step], ...]) -> None:
+        self.parts = parts
 
     def title(self, ctx: ExportContext) -> None:
         return None
 
     def run(self, ctx: ExportContext, timed: Timed) -> str:
         for step in ctx.user_steps:
-            if step.model is not None:
-                ctx.step_models[step.name] = _export_step_model(ctx, step, step.model, timed)
-        return ", ".join(ctx.step_models)
+            if step.model is None:
+                continue
+            sub = ctx.step_exports.get(step.name) or _step_export(ctx, step, step.model)
+            ctx.step_exports[step.name] = sub
+            for part in self.parts:
+                _run_for_step(step, sub, part(), timed)
+            if sub.artifacts:
+                ctx.warnings += [f"{step.label}: {w}" for w in sub.warnings]
+                (artifact,) = sub.artifacts
+                graph = sub.graph.graph
+                inputs, outputs = graph_tensors(graph.input), graph_tensors(graph.output)
+                ctx.step_models[step.name] = StepModel(artifact, tuple(inputs), tuple(outputs))
+        return ", ".join(ctx.step_exports)
 
 
-def _export_step_model(ctx: ExportContext, step: UserStep, uri: ModelURI, timed: Timed) -> StepModel:
+def _step_export(ctx: ExportContext, step: UserStep, uri: ModelURI) -> ExportContext:
+    """The export context of a registered-model step: the main request's conversion settings,
+    the step's serving options, no ensemble, no plan, no drift reference."""
     name = step_model_name(ctx.name, step)
     request = dataclasses.replace(
         ctx.request,
@@ -211,12 +229,18 @@ def _export_step_model(ctx: ExportContext, step: UserStep, uri: ModelURI, timed:
     sub = ExportContext(request=request, uri=uri, name=name, workdir=workdir)
     # Drift is watched on the model the ensemble serves (docs/drift.md), not on its steps.
     sub.drift = Drift(None, "an ensemble step: the drift reference is the served model's")
-    for part in (Resolve(), Load(), ParityRows(), Convert(), Parity(), Describe()):
+    return sub
+
+
+def _run_for_step(step: UserStep, sub: ExportContext, part: Step, timed: Timed) -> None:
+    """One export step of a registered-model step, its status line and its refusal (exit code
+    kept) naming the step."""
+    try:
         timed(f"{step.label}: {part.title(sub)}", functools.partial(part.run, sub, timed), str)
-    ctx.warnings += [f"{step.label}: {w}" for w in sub.warnings]
-    (artifact,) = sub.artifacts
-    graph = sub.graph.graph
-    return StepModel(artifact, tuple(graph_tensors(graph.input)), tuple(graph_tensors(graph.output)))
+    except BuilderError as exc:
+        if type(exc).__init__ is not BuilderError.__init__:
+            raise
+        raise type(exc)(f"{step.label} ({sub.uri.raw}): {exc.message}", hint=exc.hint) from exc
 
 
 class Load(Step):
@@ -398,9 +422,10 @@ class Write(Step):
 
 
 def pipeline(ctx: ExportContext) -> list[Step]:
-    steps: list[Step] = [Resolve(), *([ServingSteps()] if ctx.request.ensemble else [])]
+    ensemble = ctx.request.ensemble
+    steps: list[Step] = [Resolve(), *([ServingSteps(), StepModels((Resolve,))] if ensemble else [])]
     steps += [Load(), ParityRows(), Convert(), Parity(), Reference()]
-    steps += [*([StepModels()] if ctx.request.ensemble else []), Describe()]
+    steps += [*([StepModels((Load, ParityRows, Convert, Parity, Describe))] if ensemble else []), Describe()]
     if ctx.preflight is not None:
         steps.append(Plan())
     return [*steps, Write()]

@@ -23,6 +23,7 @@ import pandas as pd
 import pytest
 
 from builder.ensemble_models import transforms
+from builder.errors import RegistryError
 from builder.export import ExportRequest, export_model
 from builder.runtime.server import TritonServer
 from tests import models, servers, typed_models
@@ -252,6 +253,17 @@ def test_ensemble_mode_without_ensemble_and_a_miswired_step_are_refused(
     lines = [line for line in cli.stderr.splitlines() if line.strip()]
     assert lines[0].startswith("error: post step 'cap': input 'score' is TYPE_INT64 [1], but the generated")
     assert lines[1].startswith("hint:") and "Traceback" not in cli.stderr
+    assert not any(tmp_path.iterdir())
+    # A registered-model step naming a model the registry lacks: the registry's refusal (exit 3)
+    # naming the step, before any conversion work (in-process: the CLI's path is shown above).
+    models.log_serving_step(lonely.run_id, "cap", CAP_STEP, CAP_CODE)
+    models.log_serving_step(lonely.run_id, "risk", {**RISK_STEP, "model": "models:/nobody@champion"}, None)
+    with pytest.raises(RegistryError) as err:
+        export_model(ExportRequest("models:/lonely@champion", tmp_path, ensemble=True))
+    assert err.value.exit_code == 3
+    assert err.value.message.startswith(
+        "post step 'risk' (models:/nobody@champion): no registered model named 'nobody'"
+    )
     assert not any(tmp_path.iterdir())
 
 
