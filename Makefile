@@ -10,9 +10,9 @@ LOCK_HASH := $(shell sha256sum requirements/project.lock pyproject.toml | sha256
 VENV_STAMP := $(VENV)/.installed-$(LOCK_HASH)
 export BUILDER_RUNTIME_DIR ?= $(CURDIR)/.runtime
 PYTEST_ARGS ?=
-# Two workers, one per core: a test file (or a folder sharing session fixtures) runs whole in one
-# worker (tests/conftest.py); most of a test's time is single-threaded Python (training,
-# conversion, parity), so two of them halve the wall time. PYTEST_WORKERS=0 runs in one process.
+# Two workers, one per core: a test file runs whole in one worker (tests/conftest.py says why
+# loadfile); much of a test's time is single-threaded Python (training, conversion, parity), so
+# two of them cut the wall time. PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
 
 .PHONY: setup venv runtime redis wrk test demo bench gpu-check lint image clean help
@@ -54,7 +54,7 @@ wrk:
 	  else echo "wrk is missing: sudo apt-get install wrk (Debian/Ubuntu) or brew install wrk" >&2; exit 1; fi; }
 
 test: setup lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 demo: setup
 	$(BIN)/python demo/run_demo.py

@@ -1,10 +1,10 @@
 """Fixtures shared by every test: a real MLflow registry on SQLite and the embedded Triton
 runtime, per test session, and a factory that starts Triton servers on free ports.
 
-``make test`` runs two pytest-xdist workers (``-n 2 --dist loadgroup``): each test file is one
-group that one worker runs whole, so a module's fixtures are built once; a folder whose files
-share a session fixture (the gateway stack, the load tests' stack, the rendered chart) is one
-group. Without ``-n`` the marks do nothing.
+``make test`` runs two pytest-xdist workers (``-n 2 --dist loadfile``): a test file runs whole in
+one worker, so its module fixtures are built once; a session fixture (the gateway stack, the
+registry) is built once per worker that needs it. (``loadgroup``, which would keep a folder
+together, cannot: xdist 3.8 writes its group into ``item._nodeid``, which pytest 9 no longer reads.)
 
 ``triton_runtime`` installs the embedded runtime once per session (a no-op when it is already
 installed) into ``$BUILDER_RUNTIME_DIR`` or the default cache dir. ``start_triton`` starts
@@ -24,17 +24,6 @@ import pytest
 from builder.runtime.install import install_runtime
 from builder.runtime.paths import RuntimePaths, default_runtime_dir
 from builder.runtime.server import TritonServer
-
-# Folders whose test files share session fixtures: each runs in one xdist worker.
-_SHARED_SESSION_DIRS = ("gateway", "loadtests", "helm")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    tests_dir = Path(__file__).parent
-    for item in items:
-        rel = item.path.relative_to(tests_dir)
-        group = rel.parts[0] if rel.parts[0] in _SHARED_SESSION_DIRS else rel.as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

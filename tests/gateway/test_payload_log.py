@@ -173,6 +173,7 @@ def test_serving_goes_on_while_the_log_cannot_be_written(logged: tuple[servers.G
     gw, log = logged
     failed, written = counted(gw, "failed"), counted(gw, "written")
     saved = log.with_name("saved")
+    log.mkdir(parents=True, exist_ok=True)  # this test may run before any row was written
     shutil.move(log, saved)
     log.write_text("a file where the folder was: even root cannot create a folder under it")
     try:
