@@ -23,8 +23,8 @@ def export(
     name: Annotated[str | None, typer.Option(help="Triton model name (default: the registry name)")] = None,
     max_batch_size: Annotated[int, typer.Option(help="Largest batch Triton forms; 0 disables batching")] = 64,
     max_queue_delay_us: Annotated[
-        int, typer.Option(help="How long the batcher waits to fill a batch")
-    ] = 1000,
+        int, typer.Option(help="How long the batcher waits to fill a batch (0: never, as Triton)")
+    ] = 0,
     preferred_batch_size: Annotated[
         list[int] | None, typer.Option(help="Batch sizes to prefer (repeat)")
     ] = None,

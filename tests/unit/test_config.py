@@ -32,7 +32,9 @@ def test_defaults_batch_and_load_anywhere():
     text, parsed = roundtrip(config)
     assert parsed.backend == "onnxruntime"
     assert parsed.max_batch_size == 64
-    assert parsed.dynamic_batching.max_queue_delay_microseconds == 1000
+    # batching on, a lone request never waiting (Triton's own default delay)
+    assert parsed.HasField("dynamic_batching") and "dynamic_batching {" in text
+    assert parsed.dynamic_batching.max_queue_delay_microseconds == 0
     # per-row dims: the batch axis is implied by max_batch_size
     assert list(parsed.input[0].dims) == [5]
     assert [o.name for o in parsed.output] == ["label", "probabilities"]
