@@ -220,7 +220,7 @@ def gateway_markdown(g: dict[str, Any]) -> list[str]:
     )
     lines += [
         "",
-        f"Aim (issue 3): at concurrency {aim['concurrency']} the gateway adds at most {aim['p50_ms']:g} ms "
+        f"Aim (issue 12): at concurrency {aim['concurrency']} the gateway adds at most {aim['p50_ms']:g} ms "
         f"at p50 and {aim['p99_ms']:g} ms at p99, and keeps at least {aim['throughput_ratio']:g}× direct "
         "Triton's throughput.",
         "",
