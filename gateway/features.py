@@ -39,7 +39,7 @@ class FeatureRows:
     missing: list[list[str]]  # per row: the features the store had no value for
     oldest_epoch_s: list[float | None]  # per row: event time of its oldest value
     # feature name -> per row, the event time of its value (None when missing); for watchers
-    times: dict[str, list[Any]] = field(default_factory=dict)
+    times: dict[str, list[int]] = field(default_factory=dict)
 
 
 class OnlineFeatures:
@@ -165,31 +165,33 @@ class OnlineFeatures:
 
     async def _read(self, plan: ReadPlan, entity_rows: list[EntityRow]) -> Columns:
         """The plan's read: Redis asynchronously, SQLite inline or in the worker thread."""
-        if self._async:
-            return await asyncio.wait_for(plan.read_async(entity_rows), self.timeout_s)
-        if self._inline:
-            start = time.monotonic()
-            columns = plan.read(entity_rows)
-            if time.monotonic() - start > self.timeout_s:
-                raise TimeoutError  # late, but the caller's deadline has passed all the same
-            return columns
-        columns_: Columns = await self._in_thread(plan.read, entity_rows)
-        return columns_
+        result: Columns = await self._call(plan.read, plan.read_async, entity_rows)
+        return result
 
     async def _sdk_read(self, service: Any, entity_rows: list[EntityRow]) -> Any:
         """The Feast SDK's ``get_online_features``, for a service without a plan."""
+        store = self._store
+
+        def read(rows: list[EntityRow]) -> Any:
+            return store.get_online_features(features=service, entity_rows=rows)
+
+        async def read_async(rows: list[EntityRow]) -> Any:
+            return await store.get_online_features_async(features=service, entity_rows=rows)
+
+        return await self._call(read, read_async, entity_rows)
+
+    async def _call(self, read: Any, read_async: Any, entity_rows: list[EntityRow]) -> Any:
+        """One store read under the deadline: the async form for Redis, else the sync one inline
+        (timed after the fact) or in the worker thread."""
         if self._async:
-            call = self._store.get_online_features_async(features=service, entity_rows=entity_rows)
-            return await asyncio.wait_for(call, self.timeout_s)
+            return await asyncio.wait_for(read_async(entity_rows), self.timeout_s)
         if self._inline:
             start = time.monotonic()
-            response = self._store.get_online_features(features=service, entity_rows=entity_rows)
+            result = read(entity_rows)
             if time.monotonic() - start > self.timeout_s:
                 raise TimeoutError  # late, but the caller's deadline has passed all the same
-            return response
-        return await self._in_thread(
-            self._store.get_online_features, features=service, entity_rows=entity_rows
-        )
+            return result
+        return await self._in_thread(read, entity_rows)
 
     async def _reachable(self) -> bool:
         if self.profile != "redis":
@@ -239,7 +241,7 @@ def _rows(columns: Columns, n: int) -> FeatureRows:
             first = oldest[i]
             if ts:
                 oldest[i] = ts if first is None else min(ts, first)
-    return FeatureRows(columns.values, missing, oldest, dict(columns.times))
+    return FeatureRows(columns.values, missing, oldest, columns.times)
 
 
 def age_seconds(oldest_epoch_s: list[float | None]) -> float:
