@@ -429,42 +429,77 @@ def ensemble_markdown(e: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _peer_failed(p: dict[str, Any]) -> str:
+    """A point's failed requests ("0", "12 of 3,400 (8 non-2xx)"), or why it was not measured."""
+    if "failure" in p:
+        return f"not measured: {p['failure'][:80]}"
+    if not p["errors"]:
+        return "0"
+    detail = ", ".join(
+        f"{n} {what}"
+        for what, n in (("non-2xx", p.get("non_2xx", 0)), ("socket", p.get("socket_errors", 0)))
+        if n
+    )
+    return f"{p['errors']:,} of {p.get('requests', 0):,}" + (f" ({detail})" if detail else "")
+
+
+def _ratio(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}×"
+
+
 def peer_markdown(f: dict[str, Any]) -> list[str]:
-    """Part (f): the builder's default export on Triton against MLServer, same model, same wrk."""
+    """Part (f): the builder's default export on Triton against MLServer, same models, same wrk;
+    failed requests shown per point, never hidden."""
     s = f["settings"]
     t = s["triton_config"]
+    models = s.get("models") or {"numeric": s.get("model", "")}
     lines = [
-        "## (f) The peer to beat: MLServer vs Triton on the same scikit-learn model",
+        "## (f) The peer to beat: MLServer vs Triton on the same scikit-learn models",
         "",
-        f"Model: {s['model']}. Triton: the builder's default config (max_batch_size {t['max_batch_size']}, "
-        f"max_queue_delay_us {t['max_queue_delay_us']}, {t['instances']} instance). {s['mlserver']}. "
-        f"Load: {s['load_generator']}; {s['duration_s']:g} s per point after {s['warmup_s']:g} s warm-up.",
+        *(f"- Model {name}: {text}." for name, text in models.items()),
+        f"- Triton: the builder's default config (max_batch_size {t['max_batch_size']}, "
+        f"max_queue_delay_us {t['max_queue_delay_us']}, {t['instances']} instance).",
+        f"- {s['mlserver']}.",
+        f"- Load: {s['load_generator']}; {s['duration_s']:g} s per point after {s['warmup_s']:g} s warm-up; "
+        "req/s counts successful responses only.",
         "",
     ]
     rows = [
         [
+            p.get("model", "numeric"),
             f"{p['server']} ({p['config']})",
             str(p["concurrency"]),
             f"{p['throughput_rps']:,.0f}",
-            _ms(p["p50_ms"]),
-            _ms(p["p99_ms"]),
+            _opt_ms(p["p50_ms"]),
+            _opt_ms(p["p99_ms"]),
+            _peer_failed(p),
         ]
         for p in f["points"]
     ]
-    lines += _table(["server", "concurrency", "req/s", "p50 ms", "p99 ms"], rows)
+    lines += _table(["model", "server", "concurrency", "req/s", "p50 ms", "p99 ms", "failed"], rows)
     lines.append("")
     cmp_rows = [
         [
+            c.get("model", "numeric"),
             str(c["concurrency"]),
-            f"{c['p50_ratio']:.2f}×",
-            f"{c['throughput_ratio']:.2f}×",
+            _ratio(c["p50_ratio"]),
+            _ratio(c["throughput_ratio"]),
+            f"{c.get('triton_failed', 0):,} / {c.get('mlserver_failed', 0):,}",
             c.get("goal", ""),
-            ("met" if c["met"] else "missed") if "met" in c else "",
+            ("met" if c["met"] else "missed") if "met" in c else ("not measured" if "goal" in c else ""),
         ]
         for c in f["comparison"]
     ]
     lines += _table(
-        ["concurrency", "Triton p50 / MLServer best", "Triton req/s / MLServer best", "goal", "verdict"],
+        [
+            "model",
+            "concurrency",
+            "Triton p50 / MLServer best",
+            "Triton req/s / MLServer best",
+            "failed (Triton / MLServer)",
+            "goal",
+            "verdict",
+        ],
         cmp_rows,
     )
     return [*lines, ""]
