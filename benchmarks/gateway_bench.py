@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks import drift_bench, gateway_profile, report
+from benchmarks import drift_bench, gateway_cpu, gateway_profile, report
 from benchmarks.gateway_loadgen import MODES, Target, Window, measure, metric_key
 from benchmarks.loadgen import triton_version
 
@@ -65,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile-concurrency", type=int, default=16)
     parser.add_argument(
         "--drift-seconds", type=float, default=4.0, help="seconds per side of drift on vs off, 0: none"
+    )
+    parser.add_argument(
+        "--idle-seconds", type=float, default=20.0, help="seconds of each server's idle CPU reading"
+    )
+    parser.add_argument(
+        "--cpu-seconds", type=float, default=5.0, help="measured seconds per wrk point (CPU per request)"
     )
     parser.add_argument(
         "--online-store",
@@ -218,7 +224,8 @@ def online_store(repo: Path, kind: str, root: Path, say: Callable[[str], None]) 
 def gateway(
     workdir: Path, triton_url: str, feature_repo: Path, store_env: dict[str, str], **extra: str
 ) -> Iterator[Any]:
-    """``gateway serve`` as the tests start it, on free ports; stopped (SIGINT, then SIGKILL) on exit."""
+    """``gateway serve`` as the tests start it, on free ports; stopped (SIGINT, then SIGKILL) on exit.
+    ``triton_url`` is the gateway's (``http://host:port``, its default protocol)."""
     import pytest
 
     from tests import servers
@@ -319,6 +326,11 @@ def point(windows: list[Window]) -> dict[str, Any]:
         "triton_cores": sum(w.triton_cpu_s for w in windows) / seconds,
         "other_cores": max(0.0, machine) / seconds,
     }
+    served = len(latencies)
+    out["gateway_us"] = (
+        sum(w.gateway_cpu_s for w in windows) / served * 1e6 if first.mode != "triton" else None
+    )
+    out["triton_us"] = sum(w.triton_cpu_s for w in windows) / served * 1e6
     route = {"http": ("predict", "200"), "grpc": ("grpc_predict", "OK")}.get(first.mode)
     if route is not None:
         out["gateway_request_ms"] = _mean_ms(
@@ -327,6 +339,14 @@ def point(windows: list[Window]) -> dict[str, Any]:
         out["feature_fetch_ms"] = _mean_ms(metrics, "gateway_feature_fetch_seconds", model=MODEL)
         out["triton_call_ms"] = _mean_ms(metrics, "gateway_triton_seconds", model=MODEL)
     return out
+
+
+def grpc_vs_http(points: list[dict[str, Any]]) -> float | None:
+    """The gateway's CPU per request over gRPC / over HTTP, same Python client, at the highest
+    concurrency both were measured at (where the client's own share matters least to the gateway)."""
+    per = {(p["mode"], p["concurrency"]): p["gateway_us"] for p in points if p.get("gateway_us")}
+    both = [c for (m, c) in per if m == "grpc" and ("http", c) in per]
+    return per[("grpc", max(both))] / per[("http", max(both))] if both else None
 
 
 def compare(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -491,6 +511,7 @@ def drift_cost(
     args: argparse.Namespace,
     root: Path,
     store_env: dict[str, str],
+    gateway_triton: str,
     say: Callable[[str], None],
 ) -> dict[str, Any] | None:
     """Drift counting's cost (benchmarks/drift_bench.py): the observer alone per batch, then the
@@ -505,7 +526,7 @@ def drift_cost(
     cost = pool.submit(drift_bench.observer_cost, spec, x).result()
     workdir = root / "gateway-drift-off"
     workdir.mkdir(exist_ok=True)
-    with gateway(workdir, on.triton_url, root / "feature_repo", store_env, GATEWAY_DRIFT_SAMPLE="0") as gw:
+    with gateway(workdir, gateway_triton, root / "feature_repo", store_env, GATEWAY_DRIFT_SAMPLE="0") as gw:
         off = replace(on, gateway_http=gw.http, gateway_grpc=gw.grpc, gateway_pgid=gw.proc.pid)
         return {
             "observer": cost,
@@ -550,7 +571,8 @@ def _run(
         assert server.pid is not None
         spec = model_spec(server.grpc_url, root / "feature_repo", args.online_store)
         x = direct_inputs(spec, rows, online)
-        with gateway(root, server.grpc_url, root / "feature_repo", store_env) as gw:
+        gateway_triton = f"http://{server.http_url}"
+        with gateway(root, gateway_triton, root / "feature_repo", store_env) as gw:
             assert spec.roles.probabilities is not None  # model_spec checked it
             target = Target(
                 triton_url=server.grpc_url,
@@ -567,9 +589,23 @@ def _run(
             # spawn, not fork: the client must not inherit MLflow, Feast or their threads.
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                cpu = gateway_cpu.run(
+                    pool,
+                    server.http_url,
+                    server.grpc_url,
+                    gw.http,
+                    {"gateway": gw.proc.pid, "triton": server.pid},
+                    root / "feature_repo",
+                    MODEL,
+                    rows,
+                    x,
+                    spec.outputs,
+                    args,
+                    say,
+                )
                 points = measure_points(pool, target, rows, x, args, say)
                 profiles, profile_note = profile(pool, target, gw.proc.pid, rows, x, args, root, say)
-                drift = drift_cost(pool, target, spec, rows, x, args, root, store_env, say)
+                drift = drift_cost(pool, target, spec, rows, x, args, root, store_env, gateway_triton, say)
             version = triton_version(server.grpc_url)
     finally:
         server.stop()
@@ -610,5 +646,11 @@ def _run(
         "profile_note": profile_note,
         "profile_file": os.path.relpath(profile_file, REPO_ROOT) if profile_file else None,
         "drift": drift,
+        "cpu": {
+            **cpu,
+            "verdicts": gateway_cpu.verdicts(
+                cpu["idle_cores"], cpu["points"], cpu["rss_mib"], grpc_vs_http(points)
+            ),
+        },
         "notes": notes(points, profiles, len(os.sched_getaffinity(0))),
     }

@@ -81,12 +81,10 @@ import argparse
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -94,6 +92,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from benchmarks.wrk import WrkError, run_wrk, wrk_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCK = REPO_ROOT / "requirements" / "bench-mlserver.lock"
@@ -133,13 +133,6 @@ def ensure_venv(say: Callable[[str], None]) -> Path:
         raise PeerBenchError(f"installing MLServer failed: {done.stderr.strip().splitlines()[-1:]}")
     stamp.touch()
     return mlserver
-
-
-def wrk_path() -> str:
-    found = shutil.which("wrk")
-    if found is None:
-        raise PeerBenchError("wrk is not installed: apt-get install wrk (make bench installs it as root)")
-    return found
 
 
 def _free_port() -> int:
@@ -268,89 +261,6 @@ def probabilities(url: str, body: str) -> list[float]:
     return [float(v) for v in data["outputs"][0]["data"]]
 
 
-_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
-
-
-def _ms(text: str) -> float:
-    match = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
-    if match is None:
-        raise PeerBenchError(f"cannot read wrk's latency {text!r}")
-    return float(match.group(1)) * _UNITS[match.group(2)]
-
-
-def parse_wrk(output: str) -> dict[str, float]:
-    """wrk --latency's p50/p99 (ms), successful responses per second and failures.
-
-    wrk's own Requests/sec counts every response, errors included: ``throughput_rps`` keeps the
-    successful ones only. ``errors`` = non-2xx/3xx responses + socket errors (connect, read,
-    write, timeout), each also reported on its own."""
-    pct = dict(re.findall(r"^\s+(50|99)%\s+(\S+)\s*$", output, re.M))
-    rps = re.search(r"^Requests/sec:\s+([\d.]+)", output, re.M)
-    total = re.search(r"^\s*(\d+) requests in ", output, re.M)
-    if set(pct) != {"50", "99"} or rps is None or total is None:
-        raise PeerBenchError(f"cannot read wrk's output:\n{output[-800:]}")
-    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
-    sockets = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", output)
-    requests = int(total.group(1))
-    bad = int(non_2xx.group(1)) if non_2xx else 0
-    socket_errors = sum(int(g) for g in sockets.groups()) if sockets else 0
-    ok_share = (requests - bad) / requests if requests else 0.0
-    return {
-        "p50_ms": _ms(pct["50"]),
-        "p99_ms": _ms(pct["99"]),
-        "throughput_rps": float(rps.group(1)) * ok_share,
-        "requests": requests,
-        "errors": bad + socket_errors,
-        "non_2xx": bad,
-        "socket_errors": socket_errors,
-    }
-
-
-def failed_point(reason: str) -> dict[str, Any]:
-    """A point wrk could not measure (the server gone, wrk's output unreadable): shown as failed,
-    no latency, no throughput."""
-    return {
-        "p50_ms": None,
-        "p99_ms": None,
-        "throughput_rps": 0.0,
-        "requests": 0,
-        "errors": 0,
-        "non_2xx": 0,
-        "socket_errors": 0,
-        "failure": reason,
-    }
-
-
-def _wrk_seconds(seconds: float) -> str:
-    return f"{max(1, round(seconds))}s"  # wrk takes whole seconds
-
-
-def run_wrk(url: str, body: str, concurrency: int, seconds: float, warmup_s: float) -> dict[str, Any]:
-    """One point; failed requests are counted in it, and a run wrk could not measure is a
-    ``failed_point``, never an exception: one side's failures do not drop the comparison."""
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(
-            'wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
-            f"wrk.body = {json.dumps(body)}\n"
-        )
-    try:
-        threads = str(min(2, concurrency))
-        base = [wrk_path(), "-t", threads, "-c", str(concurrency), "-s", script.name, "--latency"]
-        if warmup_s > 0:
-            subprocess.run([*base, "-d", _wrk_seconds(warmup_s), url], capture_output=True)
-        done = subprocess.run(
-            [*base, "-d", _wrk_seconds(seconds), "--timeout", "5s", url], capture_output=True, text=True
-        )
-    finally:
-        os.unlink(script.name)
-    if done.returncode != 0:
-        return failed_point(f"wrk exited {done.returncode}: {(done.stderr or done.stdout).strip()[-300:]}")
-    try:
-        return parse_wrk(done.stdout)
-    except PeerBenchError as exc:
-        return failed_point(str(exc)[:300])
-
-
 def export_triton(repo: Path) -> dict[str, str]:
     """The registered numeric model with the builder's default serving options, as a user gets
     it, and with the other queue delays of ``TRITON_DELAYS_US``: config label -> Triton model."""
@@ -470,7 +380,10 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
     from tests import models
 
     executable = ensure_venv(say)
-    wrk_path()
+    try:
+        wrk_path()
+    except WrkError as exc:
+        raise PeerBenchError(str(exc)) from None
     say("(f) training and registering the numeric peer model")
     registered = models.sklearn_classifier(MODEL)
     repo = root / "model_repo"

@@ -102,6 +102,8 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += _triton_markdown(report)
     if "gateway" in report:
         lines += gateway_markdown(report["gateway"])
+        if report["gateway"].get("cpu"):
+            lines += cpu_markdown(report["gateway"]["cpu"])
         if report["gateway"].get("drift"):
             lines += drift_markdown(report["gateway"]["drift"])
     if "gpu_routes" in report:
@@ -199,6 +201,7 @@ def gateway_markdown(g: dict[str, Any]) -> list[str]:
                 str(p["errors"]),
                 f"{p['client_cores']:.1f} / {p['gateway_cores']:.1f} / {p['triton_cores']:.1f} / "
                 f"{p['other_cores']:.1f}",
+                _us_pair(p.get("gateway_us"), p.get("triton_us")),
                 c.get("verdict", ""),
             ]
         )
@@ -214,6 +217,7 @@ def gateway_markdown(g: dict[str, Any]) -> list[str]:
             "gateway/direct req/s",
             "errors",
             "cores: client / gateway / Triton / other",
+            "CPU µs/req: gateway / Triton",
             f"aim at {aim['concurrency']}",
         ],
         rows,
@@ -279,6 +283,78 @@ def gateway_markdown(g: dict[str, Any]) -> list[str]:
         top = ", ".join(f"`{f['name']}` {f['share']:.0%}" for f in p["top_own"][:6])
         lines += ["", f"Most own time: {top}.", ""]
     lines += [*(f"- {n}" for n in g["notes"]), ""]
+    return lines
+
+
+def _us_pair(gateway: float | None, triton: float | None) -> str:
+    return f"{'—' if gateway is None else f'{gateway:,.0f}'} / {'—' if triton is None else f'{triton:,.0f}'}"
+
+
+def cpu_markdown(c: dict[str, Any]) -> list[str]:
+    """(c, CPU): CPU per request per server tree under wrk, idle CPU, memory, the stages, the aims."""
+    lines = [
+        "",
+        "### CPU per request (wrk, HTTP), idle CPU, memory (issue 16)",
+        "",
+        "wrk drives direct Triton (KServe V2 JSON, one row) and the gateway (one row) in turn at each "
+        "concurrency; CPU is each server's whole process tree from /proc around the measured run "
+        "(Triton's includes its Python-backend stubs), per successful request.",
+        "",
+    ]
+    rows = []
+    for p in c["points"]:
+        failed = p.get("failure")
+        rows.append(
+            [
+                p["path"],
+                str(p["concurrency"]),
+                f"{p['throughput_rps']:,.0f}",
+                "—" if failed else _ms(p["p50_ms"]),
+                "—" if failed else _ms(p["p99_ms"]),
+                str(p["errors"]),
+                _us_pair(p.get("gateway_us"), p.get("triton_us")),
+                f"{p.get('gateway_cores', 0):.2f} / {p.get('triton_cores', 0):.2f}",
+            ]
+        )
+    lines += _table(
+        ["path", "clients", "req/s", "p50 ms", "p99 ms", "failed", "CPU µs/req: gateway / Triton", "cores"],
+        rows,
+    )
+    idle = ", ".join(f"{k} {v:.4f}" for k, v in c["idle_cores"].items())
+    rss = ", ".join(f"{k} {v:.0f} MiB" for k, v in c["rss_mib"].items())
+    lines += ["", f"Idle over {c['idle_seconds']:g} s (cores): {idle}. Resident after the load: {rss}.", ""]
+    stages = c["stages"]
+    names = list(stages["http"])
+    srows = [[n, f"{stages['grpc'][n]:,.0f}", f"{stages['http'][n]:,.0f}"] for n in names]
+    srows.append(["sum", f"{sum(stages['grpc'].values()):,.0f}", f"{sum(stages['http'].values()):,.0f}"])
+    if c.get("server_and_loop_us") is not None:
+        srows.append(
+            [
+                "HTTP server, event loop, batcher, sockets (1-client wrk − sum)",
+                "",
+                f"{c['server_and_loop_us']:,.0f}",
+            ]
+        )
+    lines += [
+        "Where the gateway's CPU goes, µs per one-row request (benchmarks/gateway_stages.py: one thread, "
+        "requests one after another, each stage on the thread's CPU clock); the Triton call over gRPC "
+        "(the client before issue 16) and over HTTP (the default since):",
+        "",
+        *_table(["stage", "Triton over gRPC", "Triton over HTTP"], srows),
+        "",
+        *_table(
+            ["aim (issue 16)", "measured", "limit", "met"],
+            [
+                [
+                    v["aim"],
+                    "—" if v["measured"] is None else f"{v['measured']:,.3g}",
+                    f"{v['limit']:g}",
+                    "yes" if v["met"] else "**no**",
+                ]
+                for v in c.get("verdicts", [])
+            ],
+        ),
+    ]
     return lines
 
 

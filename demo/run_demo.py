@@ -114,11 +114,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def start_gateway(
-    triton_grpc: str, env: dict[str, str] | None = None
+    triton_url: str, env: dict[str, str] | None = None
 ) -> tuple[subprocess.Popen[bytes], dict[str, int]]:
     """``gateway serve`` on free ports (``env``: settings on top of this process's), once ready."""
     gp = {"http": free_port(8080), "grpc": free_port(50051)}
-    args = ["serve", "--port", str(gp["http"]), "--grpc-port", str(gp["grpc"]), "--triton-url", triton_grpc]
+    args = ["serve", "--port", str(gp["http"]), "--grpc-port", str(gp["grpc"]), "--triton-url", triton_url]
     args += ["--feature-repo", str(FEATURES), "--model", MODEL]
     settings = " ".join(f"{k}={v}" for k, v in (env or {}).items())
     console.print(f"[dim]$ {settings + ' ' if settings else ''}gateway {' '.join(args)}[/]")
@@ -218,7 +218,7 @@ def predictions(gateway_http: str, gateway_grpc: str, fs: Any) -> None:
     console.print(f"unknown user -> HTTP {status}: {err.get('error')}")
 
 
-def drift(triton_grpc: str, fs: Any) -> str:
+def drift(triton_url: str, fs: Any) -> str:
     """The drift step (demo/drift_step.py) on a gateway with the payload log on; returns the
     time the log starts at (the report's ``--since``)."""
     from demo import drift_step as d
@@ -230,7 +230,7 @@ def drift(triton_grpc: str, fs: Any) -> str:
         "rows), with the payload log on, and an entity without online features (a new user) served "
         "on the nulls training saw rather than refused"
     )
-    gateway, gp = start_gateway(triton_grpc, {"GATEWAY_PAYLOAD_LOG": str(LOG), **d.GATEWAY_ENV})
+    gateway, gp = start_gateway(triton_url, {"GATEWAY_PAYLOAD_LOG": str(LOG), **d.GATEWAY_ENV})
     since = dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat()
     try:
         url = f"http://127.0.0.1:{gp['http']}"
@@ -330,7 +330,7 @@ def main() -> None:
         wait_for(
             "Triton", lambda: http_status(f"http://127.0.0.1:{tp['http']}/v2/health/ready") == 200, triton
         )
-        gateway, gp = start_gateway(f"127.0.0.1:{tp['grpc']}")
+        gateway, gp = start_gateway(f"http://127.0.0.1:{tp['http']}")
         step("6. predictions through the gateway over HTTP and gRPC")
         predictions(f"127.0.0.1:{gp['http']}", f"127.0.0.1:{gp['grpc']}", fs)
         step("7. training-serving skew check")
@@ -340,7 +340,7 @@ def main() -> None:
             "--model",
             MODEL,
             "--triton-url",
-            f"127.0.0.1:{tp['grpc']}",
+            f"http://127.0.0.1:{tp['http']}",
             "--feature-repo",
             str(FEATURES),
         )
@@ -376,7 +376,7 @@ def main() -> None:
         # of their own), which would blur the baseline the step shows.
         stop(gateway)
         gateway = None
-        since = drift(f"127.0.0.1:{tp['grpc']}", fs)
+        since = drift(f"http://127.0.0.1:{tp['http']}", fs)
     finally:
         if gateway is not None:
             stop(gateway)
@@ -396,7 +396,7 @@ def print_next_steps(since: str) -> None:
     console.print(
         f"  cd {ROOT} && source .venv/bin/activate\n"
         "  builder serve --repo model_repo --address 127.0.0.1\n"
-        f"  gateway serve --triton-url 127.0.0.1:8001 --feature-repo feature_repo --model {MODEL}\n"
+        f"  gateway serve --triton-url http://127.0.0.1:8000 --feature-repo feature_repo --model {MODEL}\n"
         f"  curl -s http://127.0.0.1:8080/v1/models/{MODEL}/predict "
         f"-H 'content-type: application/json' -d '{body}'\n"
         "  gateway drift --window 1h    # what that gateway has counted (under 500 rows: insufficient)",

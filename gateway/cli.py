@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.abc
 import json
 import logging
 import os
@@ -53,7 +54,9 @@ def serve(
     host: Annotated[str | None, typer.Option(help="Bind address [127.0.0.1]")] = None,
     port: Annotated[int | None, typer.Option(help="HTTP port [8080]")] = None,
     grpc_port: Annotated[int | None, typer.Option(help="gRPC port, 0 for none [50051]")] = None,
-    triton_url: Annotated[str | None, typer.Option(help="Triton gRPC host:port [127.0.0.1:8001]")] = None,
+    triton_url: Annotated[
+        str | None, typer.Option(help="Triton: http://host:8000 or grpc://host:8001 [http://127.0.0.1:8000]")
+    ] = None,
     feature_repo: Annotated[Path | None, typer.Option(help="Feast repository [feature_repo]")] = None,
     online_store: Annotated[str | None, typer.Option(help="sqlite or redis [sqlite]")] = None,
     redis_url: Annotated[str | None, typer.Option(help="Redis for the redis profile, host:port")] = None,
@@ -84,6 +87,7 @@ def serve(
 
 def _worker(settings: Any, reuse_port: bool) -> None:
     """One gateway process: logging, then the servers until interrupted."""
+    _without_torch()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
@@ -93,6 +97,24 @@ def _worker(settings: Any, reuse_port: bool) -> None:
     # a worker stopped by Ctrl-C with its process group: uvicorn has shut down already
     with contextlib.suppress(KeyboardInterrupt):
         _run(settings, _serve(settings, settings.models, reuse_port))
+
+
+def _without_torch() -> None:
+    """Keep Feast from importing PyTorch into the server: ``feast.torch_wrapper`` imports it, when
+    installed, on ``import feast``, for an offline-store helper the gateway never calls. In the
+    project's venv (torch is there for model export) that was ~190 MiB of the gateway's ~510 MiB
+    resident (issue 16); the gateway image has no torch. A finder first on ``sys.meta_path``
+    makes the import fail as if torch were not installed, which Feast catches and remembers as
+    "torch not available" (a ``None`` in ``sys.modules`` would not do: scipy looks torch up there)."""
+    if "torch" not in sys.modules:
+        sys.meta_path.insert(0, _NoTorch())
+
+
+class _NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"the gateway server does not load {name}", name=name)
+        return None
 
 
 def _run(settings: Any, main: Any) -> None:
@@ -202,7 +224,9 @@ async def _serve(settings: Any, models: tuple[str, ...], reuse_port: bool = Fals
 def skew_check_cmd(
     model: Annotated[str, typer.Option(help="Model whose input to check")] = "fraud-detector",
     sample: Annotated[int, typer.Option(help="Entities to sample from the transactions")] = 50,
-    triton_url: Annotated[str | None, typer.Option(help="Triton gRPC host:port")] = None,
+    triton_url: Annotated[
+        str | None, typer.Option(help="Triton: http://host:8000 or grpc://host:8001")
+    ] = None,
     feature_repo: Annotated[Path | None, typer.Option(help="Feast repository")] = None,
     online_store: Annotated[str | None, typer.Option(help="sqlite or redis")] = None,
     seed: Annotated[int, typer.Option(help="Sampling seed")] = 0,

@@ -41,7 +41,7 @@ from gateway.observe import Observation, Observer, notify
 from gateway.request import PredictRequest, validate
 from gateway.responses import PredictResult, predictions
 from gateway.settings import GatewaySettings
-from gateway.triton import TritonClient
+from gateway.triton import Triton
 
 __all__ = ["PredictResult", "Predictor", "assemble_input"]
 
@@ -52,7 +52,7 @@ class Predictor:
     def __init__(
         self,
         settings: GatewaySettings,
-        triton: TritonClient,
+        triton: Triton,
         features: OnlineFeatures,
         observers: tuple[Observer, ...] = (),
     ) -> None:

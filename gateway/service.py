@@ -17,7 +17,7 @@ from gateway.features import OnlineFeatures
 from gateway.payload_log import PayloadLog, open_payload_log
 from gateway.request import EntityRow
 from gateway.settings import GatewaySettings
-from gateway.triton import TritonClient
+from gateway.triton import connect
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Service:
             settings.feature_timeout_s,
             settings.feature_reads,
         )
-        triton = TritonClient(settings.triton_url, settings.triton_timeout_s, settings.triton_reconnect_max_s)
+        triton = connect(settings.triton_url, settings.triton_timeout_s, settings.triton_reconnect_max_s)
         drift = _drift_monitor(settings)
         payload_log = open_payload_log(settings, features)
         observers = tuple(o for o in (drift, payload_log) if o is not None)

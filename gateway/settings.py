@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -15,7 +15,9 @@ class GatewaySettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
     grpc_port: int = Field(50051, ge=0, le=65535)  # 0: no gRPC server
-    triton_url: str = "127.0.0.1:8001"  # Triton's gRPC endpoint
+    # Triton's HTTP endpoint (the default: cheaper per call, gateway/triton_http.py), or its gRPC
+    # one as grpc://host:8001 (host:port with no scheme is gRPC too, as before).
+    triton_url: str = "http://127.0.0.1:8000"
     feature_repo: Path = Path("feature_repo")
     models: tuple[str, ...] = ("fraud-detector",)  # what /readyz checks (any model can be asked)
     online_store: Literal["sqlite", "redis"] = "sqlite"
@@ -73,6 +75,17 @@ class GatewaySettings(BaseSettings):
     # online (gateway/drift/stats.py says why only a rise is an alarm).
     drift_null_warn: float = Field(0.1, gt=0, le=1)
     drift_null_alert: float = Field(0.2, gt=0, le=1)
+
+    @field_validator("triton_url")
+    @classmethod
+    def _triton_scheme(cls, url: str) -> str:
+        scheme, sep, address = url.partition("://")
+        if sep and scheme not in ("http", "grpc"):
+            raise ValueError(f"{url!r}: the scheme must be http:// or grpc:// (or none, for gRPC)")
+        host, _, port = (address if sep else url).rstrip("/").rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"{url!r} is not host:port (for example http://triton:8000)")
+        return url
 
     @model_validator(mode="after")
     def _warn_below_alert(self) -> GatewaySettings:

@@ -1,5 +1,8 @@
-"""The gateway's Triton client: one asyncio gRPC client for the process, every call with a
-deadline, every failure translated into the gateway's error tree by its gRPC status.
+"""The gateway's Triton clients: ``connect`` picks one by the URL's scheme. ``http://host:8000``
+(the default) is gateway/triton_http.py, the cheaper one per call (its docstring says why);
+``grpc://host:8001``, or ``host:port`` with no scheme, is the asyncio gRPC client below. Both
+put a deadline on every call and translate every failure into the gateway's error tree by its
+status (HTTP code or gRPC status), never by message text.
 
 Inference skips tritonclient's per-call objects: ``infer_request`` writes the arrays straight
 into the ``ModelInferRequest`` protobuf (tensor metadata plus raw contents, the bytes tritonclient's
@@ -13,25 +16,24 @@ bench``). Answers are still read by tritonclient's ``InferResult``, and the mode
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 import grpc
 import numpy as np
 import tritonclient.grpc.aio as grpcclient
 from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 from tritonclient.grpc._client import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
-from tritonclient.utils import InferenceServerException, serialize_byte_tensor
+from tritonclient.utils import InferenceServerException
 
 from gateway.errors import DeadlineExceeded, GatewayError, ModelNotFound, Unavailable
-
-# numpy dtype -> Triton datatype; strings travel as object arrays of str, Triton's BYTES
-_TRITON_DTYPES = {"float32": "FP32", "int64": "INT64", "bool": "BOOL", "object": "BYTES"}
+from gateway.triton_http import TRITON_DTYPES, TritonHTTPClient, bytes_tensor
 
 
 def infer_inputs(inputs: Mapping[str, np.ndarray]) -> list[grpcclient.InferInput]:
     """Triton inputs for named arrays, each typed by its numpy dtype."""
     request = []
     for name, array in inputs.items():
-        datatype = _TRITON_DTYPES.get(array.dtype.name)
+        datatype = TRITON_DTYPES.get(array.dtype)
         if datatype is None:
             raise GatewayError(f"input {name!r} is {array.dtype}, which the gateway does not send to Triton")
         inp = grpcclient.InferInput(name, list(array.shape), datatype)
@@ -48,14 +50,11 @@ def infer_request(
     bytes, strings in Triton's length-prefixed BYTES layout); the named outputs asked for."""
     request = service_pb2.ModelInferRequest(model_name=model)
     for name, array in inputs.items():
-        datatype = _TRITON_DTYPES.get(array.dtype.name)
+        datatype = TRITON_DTYPES.get(array.dtype)
         if datatype is None:
             raise GatewayError(f"input {name!r} is {array.dtype}, which the gateway does not send to Triton")
         request.inputs.add(name=name, datatype=datatype, shape=array.shape)
-        if datatype == "BYTES":
-            raw = serialize_byte_tensor(array).item() if array.size else b""
-        else:
-            raw = array.tobytes()  # C order whatever the array's strides, as tritonclient sends it
+        raw = bytes_tensor(array) if datatype == "BYTES" else array.tobytes()  # C order, any strides
         request.raw_input_contents.append(raw)
     for output in outputs:
         request.outputs.add(name=output)
@@ -97,6 +96,32 @@ def channel_args(reconnect_max_s: float) -> list[tuple[str, int]]:
         ("grpc.min_reconnect_backoff_ms", 1000),
         ("grpc.max_reconnect_backoff_ms", reconnect_max_ms),
     ]
+
+
+class Triton(Protocol):
+    """What the gateway asks Triton, whichever protocol carries it."""
+
+    url: str
+
+    async def close(self) -> None: ...
+    async def model_config(self, model: str) -> dict: ...
+    async def model_ready_version(self, model: str) -> str | None: ...
+    async def is_live(self) -> bool: ...
+    async def infer(
+        self, model: str, inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...]
+    ) -> tuple[dict[str, np.ndarray], str]: ...
+
+
+def connect(url: str, timeout_s: float, reconnect_max_s: float = 0.5) -> Triton:
+    """The client for ``url``: HTTP for ``http://``, gRPC for ``grpc://`` or no scheme."""
+    scheme, sep, address = url.partition("://")
+    if not sep:
+        return TritonClient(url, timeout_s, reconnect_max_s)
+    if scheme == "http":
+        return TritonHTTPClient(url, timeout_s)
+    if scheme == "grpc":
+        return TritonClient(address, timeout_s, reconnect_max_s)
+    raise ValueError(f"Triton URL {url!r}: the scheme must be http:// or grpc://")
 
 
 class TritonClient:

@@ -56,7 +56,7 @@ def stack(
 
 def gateway_env(stack: Stack, **extra: str) -> dict[str, str]:
     return {
-        "GATEWAY_TRITON_URL": stack.triton.grpc_url,
+        "GATEWAY_TRITON_URL": f"http://{stack.triton.http_url}",
         "GATEWAY_FEATURE_REPO": str(stack.feature_repo),
         "GATEWAY_MODELS": f'["{MODEL}"]',
         "GATEWAY_MAX_BATCH_ROWS": "16",

@@ -342,7 +342,10 @@ def test_skew_check_passes_then_catches_a_changed_online_value(stack: Stack, tmp
     assert {(m["entity"]["user_id"], m["column"]) for m in mismatches} == {(user, "avg_amount_30d")}
 
 
-def test_triton_down_gives_503_and_the_gateway_recovers(stack: Stack, triton_runtime: Any, tmp_path):
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_triton_down_gives_503_and_the_gateway_recovers(
+    stack: Stack, triton_runtime: Any, tmp_path, protocol: str
+):
     from builder.runtime.server import TritonServer
 
     names = [p.name for p in stack.model_repo.iterdir() if p.is_dir()]
@@ -356,7 +359,8 @@ def test_triton_down_gives_503_and_the_gateway_recovers(stack: Stack, triton_run
     own.start(timeout=180)
     ports = dict(own.ports)
     try:
-        env = gateway_env(stack, GATEWAY_TRITON_URL=own.grpc_url, GATEWAY_TRITON_TIMEOUT_S="1.0")
+        url = f"http://{own.http_url}" if protocol == "http" else f"grpc://{own.grpc_url}"
+        env = gateway_env(stack, GATEWAY_TRITON_URL=url, GATEWAY_TRITON_TIMEOUT_S="1.0")
         with servers.gateway_process(tmp_path, env) as gw:
             assert predict(gw, {"rows": ROWS}).status_code == 200
             own.stop()

@@ -59,7 +59,8 @@ def own(stack: Stack, triton_runtime: Any, tmp_path_factory: pytest.TempPathFact
     holder.triton = holder.start_triton("triton-0.log").start(timeout=180)
     try:
         # a spec re-read every 30 s: the version label must not wait for it
-        env = gateway_env(stack, GATEWAY_TRITON_URL=holder.triton.grpc_url, GATEWAY_SPEC_TTL_S="30")
+        url = f"http://{holder.triton.http_url}"
+        env = gateway_env(stack, GATEWAY_TRITON_URL=url, GATEWAY_SPEC_TTL_S="30")
         with servers.gateway_process(root, env) as gw:
             holder.gateway = gw
             yield holder

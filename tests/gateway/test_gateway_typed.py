@@ -192,7 +192,7 @@ def typed_stack(
 
 def typed_env(stack: TypedStack, **extra: str) -> dict[str, str]:
     return {
-        "GATEWAY_TRITON_URL": stack.triton.grpc_url,
+        "GATEWAY_TRITON_URL": f"grpc://{stack.triton.grpc_url}",  # the gRPC client, with typed models
         "GATEWAY_FEATURE_REPO": str(stack.feature_repo),
         "GATEWAY_MODELS": f'["{BINARY}", "{REGRESSOR}", "{MULTICLASS}"]',  # what /readyz checks
         **extra,

@@ -26,15 +26,17 @@ from tests.helm.chart_support import (
 
 
 @on(*ALL_SETS)
-def test_gateway_points_at_triton_grpc_and_the_online_store(release: Release) -> None:
+def test_gateway_points_at_triton_and_the_online_store(release: Release) -> None:
     env = release.gateway_env()
     gateway = release.pods("gateway").main
     assert {p["name"]: p["containerPort"] for p in gateway["ports"]} == {"http": 8080, "grpc": 50051}
     assert gateway["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert gateway["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
 
-    host, _, port = env["GATEWAY_TRITON_URL"].rpartition(":")
+    scheme, _, address = env["GATEWAY_TRITON_URL"].partition("://")
+    host, _, port = address.rpartition(":")
     if release.kserve:
+        assert scheme == "grpc"  # Knative routes the ServingRuntime's one port, h2c
         # The predictor's cluster-local route, where Knative splits stable and canary traffic.
         isvc = release.one("InferenceService")["metadata"]["name"]
         assert host == f"{isvc}-predictor.{NAMESPACE}.svc.cluster.local" and port == "80"
@@ -42,7 +44,7 @@ def test_gateway_points_at_triton_grpc_and_the_online_store(release: Release) ->
         service = release.one("Service", "triton")
         ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
         assert host == f"{service['metadata']['name']}.{NAMESPACE}.svc.cluster.local"
-        assert int(port) == ports["grpc"]
+        assert scheme == "http" and int(port) == ports["http"]
 
     assert env["GATEWAY_ONLINE_STORE"] == "redis"
     # the gateway binds loopback unless told otherwise: in a pod it must listen on every address,

@@ -9,17 +9,10 @@ from typing import Any
 
 import pytest
 
-from benchmarks import peer_bench
-from benchmarks.peer_bench import (
-    PeerBenchError,
-    compare,
-    failed_point,
-    pandas_body,
-    parse_wrk,
-    run_wrk,
-    typed_triton_body,
-)
+from benchmarks import wrk
+from benchmarks.peer_bench import compare, pandas_body, typed_triton_body
 from benchmarks.report import peer_markdown
+from benchmarks.wrk import WrkError, failed_point, parse_wrk, run_wrk
 
 # As wrk 4.1 prints it with --latency (note the blank after "1.12s").
 WRK = """Running 3s test @ http://127.0.0.1:49519/v2/models/fraud/infer
@@ -66,8 +59,8 @@ def test_failed_requests_do_not_stop_the_run(monkeypatch: pytest.MonkeyPatch) ->
     def fake_wrk(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(cmd, 0, text, "")
 
-    monkeypatch.setattr(peer_bench, "wrk_path", lambda: "wrk")
-    monkeypatch.setattr(peer_bench.subprocess, "run", fake_wrk)
+    monkeypatch.setattr(wrk, "wrk_path", lambda: "wrk")
+    monkeypatch.setattr(wrk.subprocess, "run", fake_wrk)
     point = run_wrk("http://127.0.0.1:1/v2/models/fraud/infer", "{}", 64, 1, 0)
     assert point["errors"] == 6 and point["p50_ms"] == pytest.approx(0.87145)
 
@@ -76,15 +69,15 @@ def test_a_point_wrk_cannot_measure_is_recorded_as_failed(monkeypatch: pytest.Mo
     def refused(cmd: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
         return subprocess.CompletedProcess(cmd, 1, "", "unable to connect to 127.0.0.1:1 Connection refused")
 
-    monkeypatch.setattr(peer_bench, "wrk_path", lambda: "wrk")
-    monkeypatch.setattr(peer_bench.subprocess, "run", refused)
+    monkeypatch.setattr(wrk, "wrk_path", lambda: "wrk")
+    monkeypatch.setattr(wrk.subprocess, "run", refused)
     point = run_wrk("http://127.0.0.1:1/v2/models/fraud/infer", "{}", 1, 1, 0)
     assert point["p50_ms"] is None and point["throughput_rps"] == 0.0
     assert "Connection refused" in point["failure"]
 
 
 def test_unreadable_wrk_output_is_an_error() -> None:
-    with pytest.raises(PeerBenchError, match="cannot read wrk"):
+    with pytest.raises(WrkError, match="cannot read wrk"):
         parse_wrk("unable to connect to 127.0.0.1:1 Connection refused")
 
 

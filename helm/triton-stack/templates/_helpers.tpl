@@ -238,16 +238,18 @@ livenessProbe:
 {{- end }}
 
 {{/*
-The Triton gRPC address the gateway dials (host:port, no scheme). In kserve mode that is the
-predictor's cluster-local host, where Knative splits traffic between the stable and canary revisions.
+The Triton URL the gateway dials. Plain Deployment: Triton's HTTP port (http://, the gateway's
+cheaper client per call, gateway/triton_http.py). kserve mode: the predictor's cluster-local
+host, where Knative splits traffic between the stable and canary revisions; Knative routes one
+port, the ServingRuntime's h2c (gRPC) one, so the gateway speaks gRPC there (grpc://).
 */}}
-{{- define "triton-stack.tritonGrpcAddress" -}}
+{{- define "triton-stack.tritonUrl" -}}
 {{- if .Values.gateway.tritonUrl }}
 {{- .Values.gateway.tritonUrl }}
 {{- else if eq .Values.triton.mode "kserve" }}
-{{- printf "%s-predictor.%s.svc.%s:80" (include "triton-stack.kserve.name" .) .Release.Namespace .Values.clusterDomain }}
+{{- printf "grpc://%s-predictor.%s.svc.%s:80" (include "triton-stack.kserve.name" .) .Release.Namespace .Values.clusterDomain }}
 {{- else }}
-{{- printf "%s.%s.svc.%s:%d" (include "triton-stack.triton.name" .) .Release.Namespace .Values.clusterDomain (int .Values.triton.ports.grpc) }}
+{{- printf "http://%s.%s.svc.%s:%d" (include "triton-stack.triton.name" .) .Release.Namespace .Values.clusterDomain (int .Values.triton.ports.http) }}
 {{- end }}
 {{- end }}
 
