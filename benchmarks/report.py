@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.loadgen import Segment
+from benchmarks.shim_bench import to_markdown as shim_markdown
 
 
 def latency_summary(latencies_ns: np.ndarray, seconds: float) -> dict[str, float]:
@@ -112,6 +113,9 @@ def to_markdown(report: dict[str, Any]) -> str:
         lines += ensemble_markdown(report["ensemble"])
     if "peer" in report:
         lines += peer_markdown(report["peer"])
+    if "shim" in report:
+        lines += ["", "## (g) The embedded runtime's onnxruntime shim against its floor (issue 16)", ""]
+        lines += [shim_markdown(report["shim"])]
     return "\n".join(lines)
 
 

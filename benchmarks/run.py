@@ -19,7 +19,10 @@ What it does, start to finish, in a throwaway MLflow registry and model reposito
    the same raw rows (``ensemble_bench.py``);
 8. (f) the peer to beat: MLServer on the same scikit-learn model against the builder's default
    export on Triton, both over HTTP under ``wrk`` (``peer_bench.py``; MLServer in its own venv);
-9. prints a markdown table and writes ``benchmarks/results/<UTC timestamp>.json`` and
+   the demo's typed model too;
+9. (g) the embedded runtime's onnxruntime shim against its floor: a Python-backend model that
+   returns its inputs, plus ``session.run`` in-process (``shim_bench.py``);
+10. prints a markdown table and writes ``benchmarks/results/<UTC timestamp>.json`` and
    ``benchmarks/results/latest.md`` (and ``gateway-profile.txt``).
 
 Run: ``make bench`` or ``.venv/bin/python benchmarks/run.py [--duration 6 --only gateway ...]``.
@@ -47,7 +50,15 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks import ensemble_bench, gateway_bench, gpu_routes, loadgen, peer_bench, report  # noqa: E402
+from benchmarks import (  # noqa: E402
+    ensemble_bench,
+    gateway_bench,
+    gpu_routes,
+    loadgen,
+    peer_bench,
+    report,
+    shim_bench,
+)
 
 _VERSIONED = ("mlflow", "scikit-learn", "onnxruntime", "tritonclient", "grpcio", "numpy")
 MODEL = "fraud"
@@ -70,10 +81,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "benchmarks" / "results")
     parser.add_argument(
         "--only",
-        choices=("triton", "gateway", "gpu", "ensemble", "peer"),
-        help="run one part: (a)+(b), (c), (d), (e) or (f)",
+        choices=("triton", "gateway", "gpu", "ensemble", "peer", "shim"),
+        help="run one part: (a)+(b), (c), (d), (e), (f) or (g)",
     )
     gateway_bench.add_arguments(parser)
+    shim_bench.add_arguments(parser)
     gpu_routes.add_arguments(parser)
     args = parser.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -266,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gpu_routes.GpuBenchError,
         ensemble_bench.EnsembleBenchError,
         peer_bench.PeerBenchError,
+        shim_bench.ShimBenchError,
     ) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1
@@ -293,6 +306,8 @@ def run(args: argparse.Namespace) -> int:
             result["ensemble"] = ensemble_bench.run(args, runtime, root / "ensemble", say)
         if args.only in (None, "peer"):
             result["peer"] = peer_bench.run(args, runtime, root / "peer", say)
+        if args.only in (None, "shim"):
+            result["shim"] = shim_bench.run(args, runtime, root / "shim", say)
     version = (
         result.pop("triton_version", None)
         or result.get("gateway", {}).get("triton_version")

@@ -96,8 +96,12 @@ def write_model(repo: Path, name: str, *, max_batch_size: int = 8) -> Path:
     return folder
 
 
-def write_failing_model(repo: Path, name: str) -> None:
-    """Reshapes [N, 3] to [-1, 4]: onnxruntime fails at run time unless 3N divides by 4."""
+def write_failing_model(repo: Path, name: str, *, batching: bool = False) -> None:
+    """Reshapes [N, 3] to [-1, 4]: onnxruntime fails at run time unless 3N divides by 4.
+
+    With ``batching``, a dynamic batcher with a generous delay: a 4-row request (fine alone) and
+    a 1-row one (fails alone) fired together meet in one batch, which fails as a whole.
+    """
     x = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["N", 3])
     y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", 4])
     shape = helper.make_tensor("shape", TensorProto.INT64, [2], [-1, 4])
@@ -113,6 +117,55 @@ def write_failing_model(repo: Path, name: str) -> None:
         "input": [{"name": "X", "data_type": "TYPE_FP32", "dims": [3]}],
         "output": [{"name": "Y", "data_type": "TYPE_FP32", "dims": [4]}],
         "instance_group": [{"count": 1}],
+    }
+    if batching:
+        spec["dynamic_batching"] = {"max_queue_delay_microseconds": 20000}
+    config = json_format.ParseDict(spec, model_config_pb2.ModelConfig())
+    (repo / name / "config.pbtxt").write_text(text_format.MessageToString(config))
+
+
+STRING_KEYS = ["café", "東京", "", "web"]  # non-ASCII UTF-8, the empty string, plain ASCII
+
+
+def write_string_model(repo: Path, name: str, *, code_type: str = "TYPE_INT64") -> None:
+    """S (string [N, 1]) -> CODE = LabelEncoder(S) (index in STRING_KEYS, else -1), ECHO = S.
+
+    CODE shows onnxruntime saw the same UTF-8 text the graph holds; ECHO the way back out.
+    ``code_type`` lets a test declare a type the graph does not have.
+    """
+    s = helper.make_tensor_value_info("S", TensorProto.STRING, ["N", 1])
+    code = helper.make_tensor_value_info("CODE", TensorProto.INT64, ["N", 1])
+    echo = helper.make_tensor_value_info("ECHO", TensorProto.STRING, ["N", 1])
+    nodes = [
+        helper.make_node(
+            "LabelEncoder",
+            ["S"],
+            ["CODE"],
+            domain="ai.onnx.ml",
+            keys_strings=STRING_KEYS,
+            values_int64s=list(range(len(STRING_KEYS))),
+            default_int64=-1,
+        ),
+        helper.make_node("Identity", ["S"], ["ECHO"]),
+    ]
+    graph = helper.make_graph(nodes, name, [s], [code, echo])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 2)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    (repo / name / "1").mkdir(parents=True)
+    onnx.save(model, repo / name / "1" / "model.onnx")
+    spec = {
+        "name": name,
+        "backend": "onnxruntime",
+        "max_batch_size": 8,
+        "input": [{"name": "S", "data_type": "TYPE_STRING", "dims": [1]}],
+        "output": [
+            {"name": "CODE", "data_type": code_type, "dims": [1]},
+            {"name": "ECHO", "data_type": "TYPE_STRING", "dims": [1]},
+        ],
+        "instance_group": [{"count": 1}],
+        "dynamic_batching": {"max_queue_delay_microseconds": 20000},
     }
     config = json_format.ParseDict(spec, model_config_pb2.ModelConfig())
     (repo / name / "config.pbtxt").write_text(text_format.MessageToString(config))
@@ -150,6 +203,8 @@ def served(triton_runtime: RuntimePaths, tmp_path_factory: pytest.TempPathFactor
     write_model(repo, "affine", max_batch_size=8)
     write_model(repo, "affine_nobatch", max_batch_size=0)
     write_failing_model(repo, "reshape_fails")
+    write_failing_model(repo, "reshape_batched", batching=True)
+    write_string_model(repo, "strings")
     server = TritonServer(repo, runtime=triton_runtime, log_path=repo.parent / "triton.log")
     with server:
         yield server
@@ -245,6 +300,88 @@ def test_dynamic_batching_runs_requests_together(served: TritonServer) -> None:
         assert isinstance(answer, np.ndarray), f"request {index} failed: {answer}"
         np.testing.assert_allclose(answer, expected(x)[0])  # split back to the right request
     assert executions < requests, f"{executions} executions for {requests} requests: no batching"
+
+
+def _fire_together(url: str, model: str, inputs: list[list[Any]], outputs: list[str]) -> dict[int, Any]:
+    """Send every request at once (so the batcher can merge them); index -> answers or error."""
+    results: dict[int, Any] = {}
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def callback(index: int, result: Any, error: Any) -> None:
+        with lock:
+            results[index] = error if error is not None else {o: result.as_numpy(o) for o in outputs}
+            if len(results) == len(inputs):
+                done.set()
+
+    with grpcclient.InferenceServerClient(url) as client:
+        for index, request in enumerate(inputs):
+            client.async_infer(
+                model,
+                request,
+                callback=lambda result, error, index=index: callback(index, result, error),
+                client_timeout=30,
+            )
+        assert done.wait(60), f"only {len(results)} of {len(inputs)} answers arrived"
+    return results
+
+
+def _bytes_input(values: list[bytes]) -> list[Any]:
+    request = grpcclient.InferInput("S", [len(values), 1], "BYTES")
+    request.set_data_from_numpy(np.array(values, dtype=object).reshape(-1, 1))
+    return [request]
+
+
+def test_string_inputs_keep_their_utf8(served: TritonServer) -> None:
+    """Non-ASCII and empty strings reach onnxruntime as the text the graph holds, alone and batched."""
+    keys = [k.encode() for k in STRING_KEYS]
+    unknown = ["Café".encode(), "東".encode(), b" "]  # near misses: none may match a key
+    inputs = [_bytes_input(keys + unknown)] + [_bytes_input([v]) for v in keys + unknown] * 2
+    results = _fire_together(served.grpc_url, "strings", inputs, ["CODE", "ECHO"])
+    want_codes = [*range(len(keys)), *([-1] * len(unknown))]
+    for index in range(len(inputs)):
+        answer = results[index]
+        assert isinstance(answer, dict), f"request {index} failed: {answer}"
+        values = (keys + unknown) if index == 0 else [(keys + unknown)[(index - 1) % len(keys + unknown)]]
+        codes = want_codes if index == 0 else [want_codes[(index - 1) % len(want_codes)]]
+        assert answer["CODE"].ravel().tolist() == codes
+        assert answer["ECHO"].ravel().tolist() == values  # back out as the same UTF-8 bytes
+
+
+def test_one_bad_request_in_a_batch_fails_alone(served: TritonServer) -> None:
+    """4-row requests (fine alone) batched with 1-row ones (which fail): only the 1-row ones fail."""
+    shapes = [4, 1, 4, 1, 1, 4]
+    arrays = [np.arange(n * 3, dtype=np.float32).reshape(n, 3) + 100 * i for i, n in enumerate(shapes)]
+    inputs = []
+    for x in arrays:
+        request = grpcclient.InferInput("X", list(x.shape), "FP32")
+        request.set_data_from_numpy(x)
+        inputs.append([request])
+    with grpcclient.InferenceServerClient(served.grpc_url) as client:
+        before = _execution_count(client, "reshape_batched")
+    results = _fire_together(served.grpc_url, "reshape_batched", inputs, ["Y"])
+    with grpcclient.InferenceServerClient(served.grpc_url) as client:
+        executions = _execution_count(client, "reshape_batched") - before
+    assert executions < len(inputs), "the requests never met in a batch: the test proves nothing"
+    for index, x in enumerate(arrays):
+        answer = results[index]
+        if len(x) == 4:
+            assert isinstance(answer, dict), f"good request {index} failed: {answer}"
+            np.testing.assert_array_equal(answer["Y"], x.reshape(-1, 4))
+        else:
+            assert isinstance(answer, InferenceServerException), f"bad request {index} answered {answer}"
+            assert "onnxruntime shim" in str(answer.message())
+
+
+def test_config_type_unlike_the_graph_refuses_to_load(start_triton: StartTriton, tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    write_string_model(repo, "strings_wrong", code_type="TYPE_FP32")
+    server = start_triton(repo, model_control_mode="explicit")
+    with grpcclient.InferenceServerClient(server.grpc_url) as client:
+        with pytest.raises(InferenceServerException) as caught:
+            client.load_model("strings_wrong", client_timeout=60)
+        assert "config output 'CODE' is TYPE_FP32 but the graph has TYPE_INT64" in str(caught.value.message())
+        assert not client.is_model_ready("strings_wrong")
 
 
 # ---- lifecycle ---------------------------------------------------------------------------------
