@@ -43,12 +43,15 @@ RunBatch = Callable[[list[Pending]], Awaitable[None]]
 
 
 class Batcher:
-    """Queue + at most ``max_in_flight`` drain tasks. More than one, so a batch can read its
-    features while others wait on Triton. The gateway's default is 4 (GATEWAY_BATCH_IN_FLIGHT),
-    chosen side by side against 2 on the bench machine: at 16 clients it cuts the wait to join
-    a batch and keeps more of direct Triton's throughput (HTTP 0.56-0.67x vs 0.46-0.51x); once
-    the gateway's core is saturated (64 clients over gRPC) fewer, larger batches win
-    (0.54x at 2 vs 0.32-0.39x at 4), as every batch costs a Feast read and a Triton call."""
+    """Queue + at most ``max_in_flight`` drain tasks. One by default (GATEWAY_BATCH_IN_FLIGHT):
+    requests that arrive while a batch is in flight wait for it and go together in the next. On
+    the bench machine, side by side (issue 16), one beat two and four at every load once the
+    Triton call got cheap: at 16 clients 206 vs 228 vs 237 µs of gateway CPU per HTTP request
+    and 460 vs 743 vs 822 over gRPC (2,070 vs 1,282 vs 1,240 req/s), at 64 clients 133 vs 146
+    (HTTP) and 418 vs 587 (gRPC). More in flight splits the same requests into more, smaller
+    batches, each paying a feature read, a Triton call and drift counting; gRPC's server hands
+    calls to the loop one at a time, so it split worst. More than one can still pay where the
+    feature read waits on a network store (Redis) rather than using the loop's core."""
 
     def __init__(self, run: RunBatch, *, max_rows: int, max_in_flight: int) -> None:
         self._run = run

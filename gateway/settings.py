@@ -47,8 +47,8 @@ class GatewaySettings(BaseSettings):
     max_body_bytes: int = Field(1 << 20, gt=0)
     max_batch_rows: int = Field(256, gt=0)
     # Concurrent requests to one model share a feature read and a Triton call; this many such
-    # batches may be in flight at once (see gateway/batching.py).
-    batch_in_flight: int = Field(4, ge=1)
+    # batches may be in flight at once (see gateway/batching.py for why one is the default).
+    batch_in_flight: int = Field(1, ge=1)
 
     # A connection (HTTP or gRPC) with no request in flight is closed after this long; one that
     # never sends a request too. Behind a load balancer that pools connections, set it above the
