@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import importlib.abc
 import json
 import logging
@@ -191,6 +192,10 @@ async def _serve(settings: Any, models: tuple[str, ...], reuse_port: bool = Fals
     from gateway.service import Service
 
     service = await Service.open(settings, models)
+    # Everything loaded so far (Feast, pandas, pyarrow, the registry: ~10^6 objects) lives as long
+    # as the process: out of the collector's sight, a full collection no longer walks it on the
+    # request path (p99 at 64 clients, issue 16).
+    gc.freeze()
     config = uvicorn.Config(
         create_app(service),
         host=settings.host,
