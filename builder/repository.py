@@ -8,13 +8,25 @@ number, so Triton never treats it as a version) and renamed into place; ``config
 warm-up files are replaced with ``os.replace``. Everything is staged before anything is
 renamed, so a failure in any model of an ensemble leaves the repository as it was.
 
-A kill (SIGKILL, OOM) during the renames leaves no mix for Triton to serve: an ensemble pins its
-steps' versions and loads only its own pinned version (``specific``), so replacing its
-config.pbtxt is the one commit point. Before it, each step's config (shared by all its versions)
-is rewritten to keep the pinned old version loaded beside the new one, and a step's parameters
-live in its version (inside its ONNX graph, with spec.json beside it as the readable record),
-never in the shared config; after it, the steps' final configs let the old versions go. The
-next export of the same version rolls a killed one forward.
+Every model has one commit point, the replace of its ``config.pbtxt``; a kill (SIGKILL, OOM) at
+any step leaves Triton, polling the repository or loading it explicitly, the old version whole
+or the new one whole, under every version policy. Each config carries the identity of the
+export that wrote it (parameters ``builder.export_identity``, ``builder.export``), as each
+version's metadata.json does. For a model that exists, in order:
+
+1. hold: its config as it is (the old export's), with ``version_policy specific`` pinned to
+   the versions it serves now, so that no new folder can load under it;
+2. the new version folder renamed in (inert under the hold);
+3. the warm-up files, then the final config: the commit.
+
+A new model gets its config first and its version folder last (a folder without a config
+would be auto-completed and served). A steps ensemble loads only its own pinned version
+(``specific``) and pins its steps' versions, so replacing its config is that model's commit and
+switches the steps it runs too. Each step's commit (3) keeps the version the serving ensemble
+pins loaded beside the new one, and a step's parameters live in its version (inside its ONNX
+graph, with spec.json beside it as the readable record), never in the shared config; after
+the ensemble's commit, the steps' final configs let the old versions go. The next export of
+the same version rolls a killed one forward and removes its staging folders and temp files.
 Re-exporting the same source (same registry version, run and export settings: the artifact's
 ``identity``) is a no-op, even where a converter's output is not byte-for-byte reproducible;
 anything else under an existing version number is refused unless forced, since a serving
@@ -27,6 +39,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -83,23 +96,17 @@ def read_metadata(version_dir: Path) -> dict[str, Any] | None:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Replace ``path`` with ``data`` in one rename: a reader sees the old bytes or the new."""
+    _atomic_write(path, data, path.name)
 
 
 def write_models(
     repo: Path, version: int, artifacts: list[ModelArtifact], *, force: bool = False
 ) -> list[WriteResult]:
-    """Write every artifact's version ``version`` and config into ``repo``, all or nothing."""
+    """Write every artifact's version ``version`` and config into ``repo``, all or nothing.
+
+    Each model has one commit point, the atomic replace of its config.pbtxt (see the module
+    docstring for the sequence); a steps ensemble's is the replace of the ensemble's config."""
     if version < 1:
         raise RepositoryError(f"version {version} is not a positive integer")
     for art in artifacts:
@@ -114,8 +121,9 @@ def write_models(
             if not model_dir.exists():
                 model_dir.mkdir()
                 created_dirs.append(model_dir)
-            _clean_stale_staging(model_dir)
+            clean_leftovers(model_dir)
             staged.append((art, status, None if status == "unchanged" else _stage(model_dir, art)))
+            _fault(f"stage:{art.name}")
     except OSError as exc:
         for _, _, stage in staged:
             if stage is not None:
@@ -130,25 +138,34 @@ def write_models(
     held = _held_versions(repo, version, [a for a, _, _ in ensembles])
     for art, status, stage in [*singles, *ensembles]:
         model_dir = repo / art.name
-        new_model = model_dir in created_dirs
-        if art.name in held:
-            # An ensemble step: its config (shared by every version) first keeps the version
-            # the current ensemble pins loaded beside the new one, until the ensemble commits.
-            _write_model_files(model_dir, _holding(art, held[art.name], version))
-            _fault(f"hold:{art.name}")
-        if new_model:
+        # An ensemble step keeps the version the current ensemble pins loaded beside the new
+        # one until the ensemble commits (its config is shared by every version).
+        final = _holding(art, {held[art.name], version}) if art.name in held else art
+        current = _read_config(model_dir)
+        if current is None:
             # A new model gets its config first: a polling Triton that sees the folder finds a
-            # config with no version yet (not loadable), never a version without a config.
-            _write_model_files(model_dir, art)
-            _fault(f"config:{art.name}")
-        if stage is not None:
-            _swap_in(stage, model_dir / str(version))
-            _fault(f"version:{art.name}")
-        if not new_model and art.name not in held:
-            # For an ensemble this is the commit: its old config loads only the old version
-            # (``specific``, see ensemble_config) and pins the old steps; the new one, the new.
-            _write_model_files(model_dir, art)
-            _fault(f"config:{art.name}")
+            # config with no version yet (not loadable), never a version without a config
+            # (which it would auto-complete and serve).
+            _commit(model_dir, final)
+            if stage is not None:
+                _swap_in(stage, model_dir / str(version))
+                _fault(f"version:{art.name}")
+        else:
+            if art.name in held or config_identity(current) != art.identity:
+                # Pin what the old config serves (its own content, another export's version
+                # folder never under it), so that the new folder is inert once renamed in.
+                keep = _served_without(current, model_dir, version)
+                if art.name in held:
+                    keep.add(held[art.name])
+                if keep:
+                    _write_config(model_dir, _pinned(current, keep), f"hold:{art.name}")
+            if stage is not None:
+                _swap_in(stage, model_dir / str(version))
+                _fault(f"version:{art.name}")
+            # The commit: one replace switches the served version and its config together.
+            # For an ensemble, its old config loads only the old version (``specific``, see
+            # ensemble_config) and pins the old steps; the new one, the new.
+            _commit(model_dir, final)
         results.append(
             WriteResult(
                 art.name,
@@ -160,20 +177,76 @@ def write_models(
         )
     for art, _, _ in singles:
         if art.name in held:  # the ensembles now run the new versions: let the old ones go
-            _write_model_files(repo / art.name, art)
-            _fault(f"release:{art.name}")
+            _write_config(repo / art.name, art, f"release:{art.name}")
     return results
 
 
 FAULT_ENV = "BUILDER_FAULT_AT"
+# The parameters every exported config carries: which export wrote it (``builder validate``
+# compares it with the served version's metadata.json).
+IDENTITY_PARAMETER = "builder.export_identity"
+EXPORT_PARAMETER = "builder.export"
+# atomic_write's temp files: ``.<name>.<8 random characters>`` beside the target (mkstemp).
+_TEMP_FILE = re.compile(r"^\.(?P<target>.+)\.[a-z0-9_]{8}$")
 
 
 def _fault(point: str) -> None:
     """Test hook: ``BUILDER_FAULT_AT=<point>`` SIGKILLs the export right after ``point`` (e.g.
-    ``staged``, ``version:NAME``, ``config:NAME_ensemble``), as a crash or an OOM kill would,
-    so that tests can check what every intermediate state leaves Triton to load."""
+    ``staged``, ``hold:NAME``, ``version:NAME``, ``config:NAME``, ``temp:NAME/config.pbtxt``
+    (a temp file written, not yet renamed)), as a crash or an OOM kill would, so that tests can
+    check what every intermediate state leaves Triton to load. Tests that kill at every step
+    replace this function (it is called at each filesystem step of the commit sequence)."""
     if os.environ.get(FAULT_ENV) == point:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def config_identity(config: ModelConfig) -> str | None:
+    """The identity of the export that wrote ``config`` (None: written before configs had one)."""
+    param = config.parameters.get(IDENTITY_PARAMETER)
+    return param.string_value if param is not None and param.string_value else None
+
+
+def export_label(metadata: dict[str, Any]) -> str | None:
+    """Which registry version (and run) a version folder was exported from, per its metadata:
+    for a registered-model step (an ONNX model converted from another registry model), the
+    export that wrote it beside its ensemble (``export``), not the model it came from."""
+    source = metadata.get("export", metadata.get("source"))
+    if not isinstance(source, dict):
+        return None
+    model = source.get("registered_name") or source.get("uri")
+    if not model:
+        return None
+    version, run = source.get("version"), source.get("run_id")
+    return f"{model}" + (f" v{version}" if version is not None else "") + (f" (run {run})" if run else "")
+
+
+def loaded_versions(config: ModelConfig, versions: list[int]) -> list[int]:
+    """The versions Triton loads of a model with these version folders (its version_policy),
+    ascending; the last is the one a request that names no version gets."""
+    versions = sorted(versions)
+    policy = config.version_policy
+    if policy.HasField("all"):
+        return list(versions)
+    if policy.HasField("specific"):
+        return [v for v in versions if v in set(policy.specific.versions)]
+    latest = policy.latest.num_versions if policy.HasField("latest") else 1
+    return versions[-max(latest, 1) :]
+
+
+def _served_without(current: ModelConfig, model_dir: Path, version: int) -> set[int]:
+    """The versions the config on disk serves, leaving out ``version`` (the one being written:
+    a folder of that number under the old config is not the old export's)."""
+    others = [v for v in model_versions(model_dir) if v != version]
+    return set(loaded_versions(current, others))
+
+
+def _pinned(config: ModelConfig, versions: set[int]) -> ModelConfig:
+    """The holding config: ``config`` as it is, loading exactly ``versions`` (``specific``)."""
+    held = ModelConfig()
+    held.CopyFrom(config)
+    held.version_policy.Clear()
+    held.version_policy.specific.versions.extend(sorted(versions))
+    return held
 
 
 def _held_versions(repo: Path, version: int, ensembles: list[ModelArtifact]) -> dict[str, int]:
@@ -193,13 +266,9 @@ def _held_versions(repo: Path, version: int, ensembles: list[ModelArtifact]) -> 
     return held
 
 
-def _holding(art: ModelArtifact, old: int, new: int) -> ModelArtifact:
-    """``art`` with a config that loads both ``old`` and ``new`` (the export's transition)."""
-    config = ModelConfig()
-    config.CopyFrom(art.config)
-    config.version_policy.Clear()
-    config.version_policy.specific.versions.extend(sorted({old, new}))
-    return dataclasses.replace(art, config=config)
+def _holding(art: ModelArtifact, versions: set[int]) -> ModelArtifact:
+    """``art`` with a config that loads exactly ``versions`` (a step's transition)."""
+    return dataclasses.replace(art, config=_pinned(art.config, versions))
 
 
 def _read_config(model_dir: Path) -> ModelConfig | None:
@@ -219,15 +288,33 @@ def model_versions(model_dir: Path) -> list[int]:
 def _plan(repo: Path, version: int, art: ModelArtifact, force: bool) -> tuple[ModelArtifact, str]:
     digest = content_digest(art.version_files)
     identity = art.identity or digest
+    metadata = {**art.metadata, "content_sha256": digest, "identity": identity}
+    config = ModelConfig()
+    config.CopyFrom(art.config)
+    config.parameters[IDENTITY_PARAMETER].string_value = identity
+    label = export_label(metadata)
+    if label is not None:
+        config.parameters[EXPORT_PARAMETER].string_value = label
     art = ModelArtifact(
         name=art.name,
-        config=art.config,
+        config=config,
         version_files=art.version_files,
         model_files=art.model_files,
-        metadata={**art.metadata, "content_sha256": digest, "identity": identity},
+        metadata=metadata,
         identity=identity,
     )
-    version_dir = repo / art.name / str(version)
+    model_dir = repo / art.name
+    on_disk = model_versions(model_dir)
+    served = loaded_versions(config, sorted({*on_disk, version}))
+    if not served or served[-1] != version:
+        # Triton has one config per model: written over a model whose newest served version is
+        # another one, it would serve that version with this export's parameters (a mix).
+        raise RepositoryError(
+            f"{art.name}: its config would serve version(s) {served}, not version {version}, which "
+            f"this export writes (version folders on disk: {on_disk})",
+            hint="export the model's newest version, or pick a --version-policy that loads it",
+        )
+    version_dir = model_dir / str(version)
     if not version_dir.exists():
         return art, "written"
     existing = read_metadata(version_dir) or {}
@@ -263,22 +350,74 @@ def _swap_in(stage: Path, version_dir: Path) -> None:
         # rename() cannot replace a non-empty directory: move the old one aside first.
         trash = version_dir.with_name(f"{STAGING_PREFIX}old-{version_dir.name}-{os.getpid()}")
         os.rename(version_dir, trash)
+        _fault(f"aside:{version_dir.parent.name}")
         os.rename(stage, version_dir)
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.rename(stage, version_dir)
 
 
-def _write_model_files(model_dir: Path, art: ModelArtifact) -> None:
+def _commit(model_dir: Path, art: ModelArtifact) -> None:
+    """The model-level files, then the config (the commit point of an existing model). The
+    warm-up files are shared by the model's versions and feed only warm-up requests (never an
+    answer); a file that is already right is left alone, so a polling Triton sees no change."""
     for rel, data in art.model_files.items():
-        atomic_write(model_dir / rel, data)
-    text = to_pbtxt(art.config).encode()
-    config_path = model_dir / "config.pbtxt"
-    if not config_path.exists() or config_path.read_bytes() != text:
-        atomic_write(config_path, text)
+        _write_if_changed(model_dir / rel, data, f"{art.name}/{rel}")
+    _write_config(model_dir, art, f"config:{art.name}")
 
 
-def _clean_stale_staging(model_dir: Path) -> None:
-    """Remove staging folders a crashed export left behind (they are never loadable)."""
+def _write_config(model_dir: Path, art: ModelArtifact | ModelConfig, point: str) -> None:
+    config = art.config if isinstance(art, ModelArtifact) else art
+    if _write_if_changed(
+        model_dir / "config.pbtxt", to_pbtxt(config).encode(), f"{model_dir.name}/config.pbtxt"
+    ):
+        _fault(point)
+
+
+def _write_if_changed(path: Path, data: bytes, where: str) -> bool:
+    try:
+        if path.read_bytes() == data:
+            return False
+    except OSError:
+        pass
+    _atomic_write(path, data, where)
+    return True
+
+
+def _atomic_write(path: Path, data: bytes, where: str) -> None:
+    """atomic_write with the test hook's steps: the temp file written, then the replace."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        _fault(f"temp:{where}")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fault(f"file:{where}")
+
+
+def leftover_temp_files(model_dir: Path) -> list[Path]:
+    """atomic_write temp files an interrupted write left in a model folder or its non-version
+    subfolders (``.config.pbtxt.*``, ``warmup/.NAME.*``): never read by Triton, never replaced."""
+    folders = [model_dir, *(p for p in model_dir.iterdir() if p.is_dir() and not p.name.isdigit())]
+    return sorted(
+        f
+        for folder in folders
+        if not folder.name.startswith(STAGING_PREFIX)
+        for f in folder.iterdir()
+        if f.is_file() and _TEMP_FILE.match(f.name)
+    )
+
+
+def clean_leftovers(model_dir: Path) -> None:
+    """Remove what a crashed export left behind: staging folders and temp files (neither is
+    ever loadable)."""
     for child in model_dir.glob(f"{STAGING_PREFIX}*"):
         shutil.rmtree(child, ignore_errors=True)
+    for temp in leftover_temp_files(model_dir):
+        temp.unlink(missing_ok=True)

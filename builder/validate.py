@@ -19,7 +19,15 @@ from google.protobuf import text_format
 
 from builder.config import ModelConfig, parse_pbtxt
 from builder.convert.base import graph_tensors
-from builder.repository import STAGING_PREFIX, read_metadata
+from builder.repository import (
+    EXPORT_PARAMETER,
+    STAGING_PREFIX,
+    config_identity,
+    export_label,
+    leftover_temp_files,
+    loaded_versions,
+    read_metadata,
+)
 from builder.tensors import dtype_from_triton
 from builder.user_steps import python_model_problem
 
@@ -59,17 +67,6 @@ def validate_repository(repo: Path) -> tuple[list[ModelEntry], list[str]]:
     return list(entries.values()), problems
 
 
-def loaded_versions(config: ModelConfig, versions: list[int]) -> list[int]:
-    """The versions Triton loads of a model with these version folders (its version_policy)."""
-    policy = config.version_policy
-    if policy.HasField("all"):
-        return list(versions)
-    if policy.HasField("specific"):
-        return [v for v in versions if v in set(policy.specific.versions)]
-    latest = policy.latest.num_versions if policy.HasField("latest") else 1
-    return versions[-max(latest, 1) :]
-
-
 def _check_one_export(
     repo: Path, entry: ModelEntry, entries: dict[str, ModelEntry], problems: list[str]
 ) -> None:
@@ -107,15 +104,37 @@ def _check_one_export(
 
 
 def _source(version_dir: Path) -> str | None:
-    """Which registry version (and run) a version folder was exported from, per its metadata:
-    for a registered-model step (an ONNX model converted from another registry model), the
-    export that wrote it beside its ensemble (``export``), not the model it came from."""
-    metadata = read_metadata(version_dir) or {}
-    source = metadata.get("export", metadata.get("source"))
-    if not isinstance(source, dict):
-        return None
-    model = source.get("registered_name") or source.get("uri")
-    return f"{model} v{source.get('version')} (run {source.get('run_id')})"
+    return export_label(read_metadata(version_dir) or {})
+
+
+def _check_served_config(model_dir: Path, entry: ModelEntry, problems: list[str]) -> None:
+    """The newest version Triton loads must come from the export that wrote the config: a new
+    version folder beside the old config (or the reverse) is what an interrupted export of an
+    older builder, or a hand copy, leaves, and Triton would serve it with the other export's
+    parameters (threshold, drift reference). Older versions a ``latest:N``/``all`` policy
+    keeps loaded run under the newest config by design (Triton has one config per model)."""
+    config_id = config_identity(entry.config)
+    served = loaded_versions(entry.config, entry.versions)
+    if config_id is None or not served:
+        return
+    config_export = entry.config.parameters[EXPORT_PARAMETER].string_value or f"identity {config_id[:12]}"
+    for v in reversed(served):
+        metadata = read_metadata(model_dir / str(v)) or {}
+        identity = metadata.get("identity")
+        if identity is None or identity == config_id:
+            continue
+        version_export = export_label(metadata) or f"identity {str(identity)[:12]}"
+        if v == served[-1]:
+            problems.append(
+                f"{entry.name}: Triton would serve version {v} (exported from {version_export}) with "
+                f"a config.pbtxt written by another export ({config_export}): a mix an interrupted "
+                "export leaves; re-run that `builder export`, which rolls forward"
+            )
+        else:
+            entry.warnings.append(
+                f"{entry.name}: version {v} (from {version_export}) is kept loaded by the version "
+                f"policy and runs under the newest export's config ({config_export})"
+            )
 
 
 def _check_model(model_dir: Path, problems: list[str]) -> ModelEntry | None:
@@ -134,6 +153,12 @@ def _check_model(model_dir: Path, problems: list[str]) -> ModelEntry | None:
     stale = [p.name for p in model_dir.glob(f"{STAGING_PREFIX}*")]
     if stale:
         problems.append(f"{name}: leftover staging folder(s) from an interrupted export: {', '.join(stale)}")
+    temps = [str(p.relative_to(model_dir)) for p in leftover_temp_files(model_dir)]
+    if temps:
+        problems.append(
+            f"{name}: leftover temp file(s) from an interrupted write: {', '.join(temps)} "
+            "(the next `builder export` removes them)"
+        )
     versions = sorted(int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit())
     if not versions:
         problems.append(f"{name}: no version folders (numeric subfolders such as 1/)")
@@ -152,6 +177,7 @@ def _check_model(model_dir: Path, problems: list[str]) -> ModelEntry | None:
             if problem is not None:
                 problems.append(f"{name}/{v}: {required} {problem}")
     entry = ModelEntry(name=name, config=config, versions=versions)
+    _check_served_config(model_dir, entry, problems)
     if config.backend == "onnxruntime" and versions:
         graph = _check_onnx(
             name, model_dir / str(versions[-1]) / (required or "model.onnx"), config, problems

@@ -1,13 +1,18 @@
 """Online features from Feast, in-process (no feature-server hop).
 
 Redis has an async read path, used directly, with a timeout: a store that cannot be reached is
-a 503, a slow one a 504. The Feast SDK's SQLite reads are blocking, ~0.2 ms of mostly-GIL
-Python on a local file. By default (``GATEWAY_FEATURE_READS=inline``) they run on the event loop
-itself: handing them to a worker thread made each one wait for the GIL behind the loop, and at
-16 concurrent clients a read took 3-4 ms instead of 0.6 (``make bench``, measured side by side).
-The price is that a read stuck on a locked database file blocks the loop, and the timeout is
-checked only after it returns; ``thread`` keeps the loop free (and the timeout exact) for a
-SQLite store that something writes to while the gateway serves.
+a 503, a slow one a 504. Its client retries a failed connection once, at once: redis-py's
+default (3 retries, back-off of 1, 2, 4 s) spent the whole deadline on a refused port, so a
+killed Redis held every batch for the deadline, requests queued behind them waited for two,
+and one read that outlived the outage by a moment was called slow (504, no ``Retry-After``).
+
+The Feast SDK's SQLite reads are blocking, ~0.2 ms of mostly-GIL Python on a local file. By
+default (``GATEWAY_FEATURE_READS=inline``) they run on the event loop itself: handing them to a
+worker thread made each one wait for the GIL behind the loop, and at 16 concurrent clients a
+read took 3-4 ms instead of 0.6 (``make bench``, measured side by side). The price is that a
+read stuck on a locked database file blocks the loop, and the timeout is checked only after it
+returns; ``thread`` keeps the loop free (and the timeout exact) for a SQLite store that
+something writes to while the gateway serves.
 
 A read Feast raises on because of the keys themselves (ValueError, TypeError, OverflowError
 while it encodes them) is a ``RefusedByStore`` (422), not a 503: the store is up, and retrying
@@ -57,6 +62,7 @@ class OnlineFeatures:
         self._key_types: dict[str, dict[str, str]] = {}
         self._async = profile == "redis"
         self._inline = reads == "inline"
+        self._retry_set = not self._async  # the Redis client's retries, set before its first read
 
     @property
     def store(self) -> Any:
@@ -135,8 +141,7 @@ class OnlineFeatures:
                 response = await self._sdk_read(self._services[service_name], entity_rows)
                 columns = _columns(response, set(entity_rows[0]) if entity_rows else set())
         except TimeoutError as exc:
-            # The Redis client retries refused connections with backoff until our deadline, so
-            # a down store first looks slow: probe it to tell "down" (503) from "slow" (504).
+            # No answer in time: probe the store to tell "down" (503) from "slow" (504).
             if not await self._reachable():
                 raise Unavailable(
                     "the online store is unreachable", cause="feature_store_unavailable"
@@ -184,6 +189,8 @@ class OnlineFeatures:
         """One store read under the deadline: the async form for Redis, else the sync one inline
         (timed after the fact) or in the worker thread."""
         if self._async:
+            if not self._retry_set:
+                await self._retry_at_once()
             return await asyncio.wait_for(read_async(entity_rows), self.timeout_s)
         if self._inline:
             start = time.monotonic()
@@ -193,16 +200,43 @@ class OnlineFeatures:
             return result
         return await self._in_thread(read, entity_rows)
 
+    async def _retry_at_once(self) -> None:
+        """One retry without back-off on the online store's async Redis client (the one every
+        read here goes through; Feast builds it, lazily, without I/O): the deadline is the
+        gateway's, and a retry still reconnects a pooled connection a restarted Redis dropped."""
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        self._retry_set = True
+        online_store: Any = self._store._get_provider().online_store  # Feast's RedisOnlineStore
+        get_client = getattr(online_store, "_get_client_async", None)  # Feast's, not public API
+        if get_client is None:  # another Feast: its own retries, the deadline still holds
+            return
+        client = await get_client(self._store.config.online_store)
+        if hasattr(client, "set_retry"):  # redis-py's Redis and RedisCluster
+            client.set_retry(Retry(NoBackoff(), 1))
+
     async def _reachable(self) -> bool:
+        """Redis answers a PING within 0.25 s. Any answer counts (a PONG, a NOAUTH error, a TLS
+        port closing on plain text): a connect alone does not, as the kernel accepts it for a
+        Redis that is stopped (SIGSTOP) or hung, which then never answers."""
         if self.profile != "redis":
             return True
         address = os.environ.get("REDIS_CONNECTION_STRING", "localhost:6379").split(",")[0]
         host, _, port = address.rpartition(":")
+
+        async def ping() -> None:
+            reader, writer = await asyncio.open_connection(host or "localhost", int(port))
+            try:
+                writer.write(b"PING\r\n")
+                await reader.read(64)
+            finally:
+                writer.close()
+
         try:
-            _, writer = await asyncio.wait_for(asyncio.open_connection(host or "localhost", int(port)), 0.25)
+            await asyncio.wait_for(ping(), 0.25)
         except (OSError, TimeoutError, ValueError):
             return False
-        writer.close()
         return True
 
     async def ping(self, service_name: str, entity_row: EntityRow) -> bool:

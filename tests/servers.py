@@ -55,11 +55,27 @@ class RedisServer:
     port: int
     proc: subprocess.Popen[bytes]
     log: Path
+    argv: tuple[str, ...] = ()  # the command line it was started with, for restart()
 
     @property
     def address(self) -> str:
         """Feast's connection-string form."""
         return f"127.0.0.1:{self.port}"
+
+    def kill(self) -> None:
+        """SIGKILL, no goodbye (no shutdown save), and reap it."""
+        self.proc.kill()
+        self.proc.wait()
+
+    def restart(self, timeout: float = 10) -> float:
+        """A new redis-server with the same command line (same port, same data folder: with
+        persistence on, it loads what the last one wrote), after the old one is gone. Returns the
+        ``time.monotonic()`` at which it first answered PING."""
+        if self.proc.poll() is None:
+            raise RuntimeError("restart() of a redis-server that is still running")
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(self.argv, cwd=self.log.parent, stdout=out, stderr=subprocess.STDOUT)
+        return _await_ping(self, timeout)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -72,10 +88,10 @@ class RedisServer:
 
 
 @contextmanager
-def redis_server(workdir: Path) -> Iterator[RedisServer]:
-    """A throwaway redis-server on a free loopback port (no persistence), stopped on exit."""
-    import redis
-
+def redis_server(workdir: Path, *, appendonly: bool = False) -> Iterator[RedisServer]:
+    """A throwaway redis-server on a free loopback port, stopped on exit. No persistence, or with
+    ``appendonly`` an append-only file in ``workdir`` (fsync every second, Redis' own default for
+    AOF), so a restart on the same folder comes back with the data written before a SIGKILL."""
     binary = shutil.which("redis-server")
     if binary is None:
         pytest.fail(
@@ -84,32 +100,37 @@ def redis_server(workdir: Path) -> Iterator[RedisServer]:
         )
     port = free_port()
     log = workdir / "redis.log"
+    aof = ("yes", "--appendfsync", "everysec") if appendonly else ("no",)
+    argv = (binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", *aof)
     with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-            cwd=workdir,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    server = RedisServer(port, proc, log)
-    client = redis.Redis(host="127.0.0.1", port=port, socket_timeout=1)
+        proc = subprocess.Popen(argv, cwd=workdir, stdout=out, stderr=subprocess.STDOUT)
+    server = RedisServer(port, proc, log, argv)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"redis-server exited with {proc.returncode}:\n{log.read_text()}")
-            try:
-                if client.ping():
-                    break
-            except redis.exceptions.ConnectionError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"redis-server did not answer PING within 10 s:\n{log.read_text()}")
-            time.sleep(0.05)
+        _await_ping(server, 10)
         yield server
     finally:
-        client.close()
         server.stop()
+
+
+def _await_ping(server: RedisServer, timeout: float) -> float:
+    """Polls ``server`` until it answers PING with PONG (one still loading its data answers an
+    error); returns the ``time.monotonic()`` of the first PONG. A bare socket, not redis-py,
+    whose client retries a refused connection with seconds of back-off."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if server.proc.poll() is not None:
+            pytest.fail(f"redis-server exited with {server.proc.returncode}:\n{server.log.read_text()}")
+        try:
+            with socket.create_connection(("127.0.0.1", server.port), timeout=1) as conn:
+                conn.sendall(b"PING\r\n")
+                if conn.recv(64).startswith(b"+PONG"):
+                    return time.monotonic()
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            log = server.log.read_text()
+            pytest.fail(f"redis-server did not answer PING within {timeout:g} s:\n{log}")
+        time.sleep(0.01)
 
 
 def http_status(url: str, timeout: float = 5) -> int:
