@@ -53,8 +53,18 @@ class Batcher:
     calls to the loop one at a time, so it split worst. More than one can still pay where the
     feature read waits on a network store (Redis) rather than using the loop's core."""
 
-    def __init__(self, run: RunBatch, *, max_rows: int, max_in_flight: int) -> None:
+    def __init__(
+        self,
+        run: RunBatch,
+        *,
+        max_rows: int,
+        max_in_flight: int,
+        fails_queue: Callable[[BaseException], bool] = lambda exc: False,
+    ) -> None:
         self._run = run
+        # A batch's failure that the requests queued behind it would meet too (a dependency
+        # down): they get it at once, rather than each wait out its own deadline after the batch.
+        self._fails_queue = fails_queue
         self._max_rows = max_rows
         self._max_in_flight = max_in_flight
         self._queue: list[Pending] = []
@@ -91,6 +101,9 @@ class Batcher:
                 try:
                     await self._run(batch)
                 except BaseException as exc:  # never leave a caller waiting forever
+                    if self._fails_queue(exc):
+                        batch += self._queue
+                        self._queue.clear()
                     for item in batch:
                         if not item.future.done():
                             item.future.set_exception(exc)

@@ -107,6 +107,7 @@ class Predictor:
                 functools.partial(self._run_batch, spec),
                 max_rows=_batch_rows(spec, self.settings),
                 max_in_flight=self.settings.batch_in_flight,
+                fails_queue=lambda exc: isinstance(exc, Unavailable),
             )
             self._batchers[spec] = batcher
         result: PredictResult = await batcher.submit(entity_rows, request_values)

@@ -115,3 +115,36 @@ def test_at_most_max_in_flight_batches_run_at_once(in_flight: int):
 
     run(main())
     assert peak == in_flight
+
+
+@pytest.mark.parametrize("down", [True, False])
+def test_a_dependency_down_fails_the_requests_queued_behind_the_batch_at_once(down: bool):
+    """A batch stuck on a store that turns out down: who queued behind it gets that 503 with it,
+    not after waiting out a deadline of its own; any other failure leaves the queue to run."""
+    ran: list[int] = []
+
+    class Down(Exception):
+        pass
+
+    async def runner(batch: list[Pending]) -> None:
+        ran.append(len(batch))
+        if len(ran) == 1:
+            await asyncio.sleep(0.05)  # the stuck read
+            raise Down() if down else ValueError("this batch's own input")
+        for p in batch:
+            p.future.set_result("ok")
+
+    async def main() -> list:
+        batcher = Batcher(runner, max_rows=64, max_in_flight=1, fails_queue=lambda e: isinstance(e, Down))
+        first = asyncio.ensure_future(batcher.submit([{"user_id": 0}], [{}]))
+        await asyncio.sleep(0.01)  # the first batch is in flight: these queue behind it
+        behind = [batcher.submit([{"user_id": i}], [{}]) for i in range(1, 5)]
+        return await asyncio.gather(first, *behind, return_exceptions=True)
+
+    results = run(main())
+    if down:
+        assert all(isinstance(r, Exception) and type(r).__name__ == "Down" for r in results)
+        assert ran == [1]  # the queued requests never ran a batch of their own
+    else:
+        assert isinstance(results[0], ValueError) and results[1:] == ["ok"] * 4
+        assert ran == [1, 4]
