@@ -104,7 +104,13 @@ def read_window(location: str, model: str, since: dt.datetime, until: dt.datetim
 
 
 def read_reference(repo: Path, model: str, version: str) -> tuple[dict[str, Any] | None, str]:
-    """The version's metadata.json (None, and why, when there is none or it has no reference)."""
+    """The version's metadata.json (None, and why, when there is none or it has no reference).
+
+    The ensemble's, when there is one (its reference describes what the gateway sends it); its
+    ``serving`` facts (the columns the reference is checked against) are the bare model's of the
+    same export when its own has none, as a generated ensemble's metadata does not repeat them."""
+    found: dict[str, Any] | None = None
+    serving: dict[str, Any] | None = None
     for folder in (f"{model}_ensemble", model):
         path = repo / folder / version / "metadata.json"
         if not path.is_file():
@@ -113,11 +119,18 @@ def read_reference(repo: Path, model: str, version: str) -> tuple[dict[str, Any]
             metadata = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             return None, f"{path} cannot be read ({exc})"
-        drift = metadata.get("drift") or {}
-        if drift.get("reference"):
-            return metadata, ""
-        return None, f"the export recorded no reference ({drift.get('reason') or 'no drift key'}): {path}"
-    return None, f"no {repo / model / version / 'metadata.json'}"
+        serving = serving or metadata.get("serving")
+        if found is None:
+            drift = metadata.get("drift") or {}
+            if not drift.get("reference"):
+                reason = drift.get("reason") or "no drift key"
+                return None, f"the export recorded no reference ({reason}): {path}"
+            found = metadata
+    if found is None:
+        return None, f"no {repo / model / version / 'metadata.json'}"
+    if not found.get("serving") and serving:
+        found = {**found, "serving": serving}
+    return found, ""
 
 
 def _spec(model: str, version: str, serving: dict[str, Any]) -> ModelSpec:

@@ -138,3 +138,20 @@ def test_exit_codes_and_one_line_errors(
     result = CliRunner().invoke(app, [*base, *args])
     assert result.exit_code == code, result.output
     assert message in result.output and "Traceback" not in result.output
+
+
+def test_an_ensembles_reference_is_read_against_the_bare_models_columns(
+    logged: tuple[Path, Path, list],
+) -> None:
+    """As `builder export --ensemble` writes it: the ensemble's metadata.json carries the drift
+    reference but not the ``serving`` facts, which are the bare model's of the same export."""
+    log_dir, repo, _ = logged
+    bare = repo / SPEC.name / "3" / "metadata.json"
+    ensemble = repo / f"{SPEC.name}_ensemble" / "3"
+    ensemble.mkdir(parents=True)
+    (ensemble / "metadata.json").write_text(json.dumps({"drift": {"reference": reference()}}))
+    bare.write_text(json.dumps({**json.loads(bare.read_text()), "drift": {"reason": "not this one"}}))
+    now = dt.datetime.now(dt.UTC)
+    (version,) = build_report(str(log_dir), None, now - dt.timedelta(hours=1), now, repo).versions
+    assert version.reference is not None, version.why_not
+    assert [f.name for f in version.features] == [*SPEC.feature_names, "score"]
