@@ -2,8 +2,8 @@
 
 Profiles: ``sqlite`` (``feature_store.yaml``, the default) and ``redis`` (``feature_store.redis.yaml``).
 The profile is the ``profile`` argument, else ``FEAST_ONLINE_STORE``, else ``sqlite``. The Redis
-address is ``REDIS_CONNECTION_STRING`` (Feast's format, e.g. ``localhost:6379`` or
-``host:6379,password=...,ssl=true``), default ``localhost:6379``.
+address is the ``redis_url`` argument, else ``REDIS_CONNECTION_STRING`` (Feast's format, e.g.
+``localhost:6379`` or ``host:6379,password=...,ssl=true``), else ``localhost:6379``.
 
 Feature names are the plain feature names (``merchant_risk``, not ``merchant_stats__merchant_risk``):
 they are the column names of the training frame and the keys of an online read with
@@ -42,13 +42,18 @@ def profile_file(repo_path: Path | str = REPO_PATH, profile: str | None = None) 
     return Path(repo_path) / PROFILE_FILES[name]
 
 
-def open_store(repo_path: Path | str = REPO_PATH, profile: str | None = None) -> FeatureStore:
-    """A FeatureStore on repo_path with the profile's online store."""
+def open_store(
+    repo_path: Path | str = REPO_PATH, profile: str | None = None, redis_url: str | None = None
+) -> FeatureStore:
+    """A FeatureStore on repo_path with the profile's online store; ``redis_url``, when given, is
+    the Redis profile's connection string, over any inherited ``REDIS_CONNECTION_STRING``."""
     repo = Path(repo_path).resolve()
     yaml_path = profile_file(repo, profile)
     # Feast's own loader expands ${VAR} with os.path.expandvars, which leaves an unset variable as the
     # literal text; expand here with the documented defaults instead, without touching os.environ.
     env = {REDIS_ENV: REDIS_DEFAULT, **os.environ}
+    if redis_url:
+        env[REDIS_ENV] = redis_url
     text = yaml_path.read_text()
     for key, value in env.items():
         text = text.replace("${" + key + "}", value)

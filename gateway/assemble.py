@@ -9,11 +9,13 @@ NaN in a float32 column (the model's imputer, if it has one, reads it) and as ``
 column (a OneHotEncoder with ``handle_unknown="ignore"`` reads it as an unseen category: all
 zeros). An int64 or bool column has no such value: the entity cannot be scored, and the gateway
 answers 404 naming the feature even under ``GATEWAY_MISSING_ENTITIES=default``.
+
+Which values are missing is told once, at the read (gateway/features.py): there, None or NaN from
+the store becomes None, and each row's missing features are listed. Here a None is that marker.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -23,11 +25,6 @@ from gateway.catalog import ModelSpec
 from gateway.errors import EntityNotFound, GatewayError
 from gateway.request import RequestValues
 from gateway.values import DEFAULTS, NUMPY, Mismatch, Scalar, from_store
-
-
-def is_missing(value: object) -> bool:
-    """How the online store says "no value": None, or NaN for a float feature."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def undefaultable(spec: ModelSpec, missing: Iterable[str]) -> list[str]:
@@ -40,7 +37,7 @@ def _online_column(spec: ModelSpec, name: str, values: Sequence[Any]) -> list[Sc
     default = DEFAULTS.get(dtype)
     column: list[Scalar] = []
     for i, value in enumerate(values):
-        if is_missing(value):
+        if value is None:  # missing: FeatureRows carries every missing value as None
             if default is None:
                 raise EntityNotFound(
                     f"no online value of {name!r} for rows[{i}]: a {dtype} feature has no missing "

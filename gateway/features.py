@@ -18,6 +18,11 @@ A read Feast raises on because of the keys themselves (ValueError, TypeError, Ov
 while it encodes them) is a ``RefusedByStore`` (422), not a 503: the store is up, and retrying
 would fail the same way. The request path validates keys first (gateway/request.py), so this is
 the remainder nobody foresaw; gateway/core.py keeps it to the request that caused it.
+
+A missing online value (the entity is unknown to the store, or the value expired) is told here,
+once, at the read: Feast says "no value" with None, or with NaN in a float feature. ``FeatureRows``
+lists each row's missing features (the missing-entity policy in gateway/core.py reads them) and
+carries every missing value as None, so assembly (gateway/assemble.py) only reads that marker.
 """
 
 from __future__ import annotations
@@ -25,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-import os
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -40,15 +44,29 @@ from gateway.request import EntityRow
 
 @dataclass(frozen=True)
 class FeatureRows:
-    values: dict[str, list[Any]]  # feature name -> one value per row (None when missing)
+    values: dict[str, list[Any]]  # feature name -> one value per row (None when missing, never NaN)
     missing: list[list[str]]  # per row: the features the store had no value for
     oldest_epoch_s: list[float | None]  # per row: event time of its oldest value
     # feature name -> per row, the event time of its value (None when missing); for watchers
     times: dict[str, list[int]] = field(default_factory=dict)
 
 
+def is_missing(value: object) -> bool:
+    """How the online store says "no value": None, or NaN for a float feature."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 class OnlineFeatures:
-    def __init__(self, repo: Path, profile: str, timeout_s: float, reads: str = "inline") -> None:
+    def __init__(
+        self,
+        repo: Path,
+        profile: str,
+        timeout_s: float,
+        reads: str = "inline",
+        redis_url: str | None = None,
+    ) -> None:
+        """``redis_url``: the Redis profile's connection string (GATEWAY_REDIS_URL), over an
+        inherited ``REDIS_CONNECTION_STRING``; passed to the store's config, not the environment."""
         from feature_repo.store import open_store
 
         # One worker thread, not the default pool: reads are ~0.2 ms of mostly-GIL Python, so
@@ -56,13 +74,33 @@ class OnlineFeatures:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="feast-read")
         self.profile = profile
         self.timeout_s = timeout_s
-        self._store = open_store(repo, profile)
+        self._store = open_store(repo, profile, redis_url)
         self._services: dict[str, Any] = {}
         self._plans: dict[str, ReadPlan | None] = {}
         self._key_types: dict[str, dict[str, str]] = {}
         self._async = profile == "redis"
         self._inline = reads == "inline"
         self._retry_set = not self._async  # the Redis client's retries, set before its first read
+
+    async def close(self) -> None:
+        """Stop the read thread and close the store's clients: Feast's ``close()`` (a no-op for
+        its Redis and SQLite stores today), then the clients Feast built lazily and keeps on its
+        online store object (redis-py's async and sync clients; SQLite's connection)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            await self._store.close()
+            online_store: Any = self._store._get_provider().online_store
+        except Exception:  # a store that never opened has nothing to close
+            return
+        client_async = getattr(online_store, "_client_async", None)
+        if client_async is not None:
+            online_store._client_async = None
+            await client_async.aclose()
+        for name in ("_client", "_conn"):  # redis-py's sync client; the SQLite store's connection
+            client = getattr(online_store, name, None)
+            if client is not None:
+                setattr(online_store, name, None)
+                client.close()
 
     @property
     def store(self) -> Any:
@@ -222,7 +260,8 @@ class OnlineFeatures:
         Redis that is stopped (SIGSTOP) or hung, which then never answers."""
         if self.profile != "redis":
             return True
-        address = os.environ.get("REDIS_CONNECTION_STRING", "localhost:6379").split(",")[0]
+        # the address the store itself was opened with (GATEWAY_REDIS_URL, else the environment's)
+        address = str(self._store.config.online_store.connection_string).split(",")[0]
         host, _, port = address.rpartition(":")
 
         async def ping() -> None:
@@ -269,8 +308,10 @@ def _rows(columns: Columns, n: int) -> FeatureRows:
     oldest: list[float | None] = [None] * n
     for name, values in columns.values.items():
         for i, value in enumerate(values):
-            if value is None or (isinstance(value, float) and math.isnan(value)):
-                missing[i].append(name)
+            if not is_missing(value):
+                continue
+            missing[i].append(name)
+            values[i] = None  # NaN too: after the read, None is the one "missing" marker
         for i, ts in enumerate(columns.times.get(name, ())):
             first = oldest[i]
             if ts:

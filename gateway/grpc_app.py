@@ -8,7 +8,6 @@ tree. (The generated servicer deserializes inside grpc, where a failure is UNKNO
 from __future__ import annotations
 
 import logging
-import time
 
 import grpc
 import numpy as np
@@ -89,34 +88,28 @@ class GatewayServicer:
         self.service = service
 
     async def Predict(self, raw: bytes, context: grpc.aio.ServicerContext) -> gateway_pb2.PredictResponse:
-        start = time.perf_counter()
-        metrics.IN_FLIGHT.inc()
-        status = "OK"
-        request = gateway_pb2.PredictRequest()  # until the bytes decode: no model to label
-        try:
-            md = {k.lower(): v for k, v in context.invocation_metadata() or ()}
-            self.service.auth.check(md.get("x-api-key"), md.get("authorization"))
-            request = decode(raw)
-            result = await self.service.predictor.predict(parse_request(request))
-            return to_response(result)
-        except GatewayError as exc:
-            status = exc.grpc_code.name
-            metrics.ERRORS.labels(exc.cause).inc()
-            detail = f"{exc.field}: {exc.message}" if exc.field else exc.message
-            await context.abort(exc.grpc_code, detail)
-            raise  # unreachable: abort raises
-        except Exception:
-            status = "INTERNAL"
-            log.exception("unexpected error serving %s", request.model)
-            metrics.ERRORS.labels("internal").inc()
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
-            raise
-        finally:
-            metrics.IN_FLIGHT.dec()
-            # unknown model names would explode label cardinality: record them as one label
-            known = request.model and (status != "NOT_FOUND" or request.model in self.service.models)
-            label = request.model if known else "other"
-            metrics.REQUEST_SECONDS.labels("grpc_predict", label, status).observe(time.perf_counter() - start)
+        with metrics.request("grpc_predict", self.service.models) as call:
+            call.status = "OK"  # until the bytes decode: no model to label
+            try:
+                md = {k.lower(): v for k, v in context.invocation_metadata() or ()}
+                self.service.auth.check(md.get("x-api-key"), md.get("authorization"))
+                request = decode(raw)
+                call.model = request.model
+                result = await self.service.predictor.predict(parse_request(request))
+                return to_response(result)
+            except GatewayError as exc:
+                call.status = exc.grpc_code.name
+                call.not_found = exc.grpc_code == grpc.StatusCode.NOT_FOUND
+                metrics.count_error(exc.cause)
+                detail = f"{exc.field}: {exc.message}" if exc.field else exc.message
+                await context.abort(exc.grpc_code, detail)
+                raise  # unreachable: abort raises
+            except Exception:
+                call.status = "INTERNAL"
+                log.exception("unexpected error serving %s", call.model)
+                metrics.count_error("internal")
+                await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+                raise
 
 
 def server_options(max_message_bytes: int, idle_timeout_s: float) -> list[tuple[str, int]]:

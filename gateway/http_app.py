@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -148,7 +146,7 @@ def to_json(content: Any) -> bytes:
 
 
 def error_body(exc: GatewayError) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-    metrics.ERRORS.labels(exc.cause).inc()
+    metrics.count_error(exc.cause)
     headers = [(b"retry-after", str(exc.retry_after).encode())] if exc.retry_after else []
     if isinstance(exc, MethodNotAllowed):
         headers.append((b"allow", b"POST"))
@@ -168,27 +166,22 @@ class PredictRoute:
         if model is None:
             await self.app(scope, receive, send)
             return
-        start = time.perf_counter()
-        metrics.IN_FLIGHT.inc()
-        try:
+        with metrics.request("predict", self.service.models) as call:
+            call.model = model
             status, body, headers = await self._answer(model, scope, receive)
-        finally:
-            metrics.IN_FLIGHT.dec()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    *headers,
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
-        # unknown model names would explode label cardinality: record them as one label
-        label = model if status != 404 or model in self.service.models else "other"
-        metrics.REQUEST_SECONDS.labels("predict", label, str(status)).observe(time.perf_counter() - start)
+            call.status, call.not_found = str(status), status == 404
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        *headers,
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
 
     async def _answer(self, model: str, scope: Scope, receive: Receive) -> tuple[int, bytes, list[Any]]:
         try:
@@ -251,14 +244,9 @@ class IdleTimeoutProtocol(HttpToolsProtocol):
 
 
 def create_app(service: Service) -> ASGIApp:
-    """The HTTP app over an opened Service (closed when the app shuts down)."""
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        await service.close()
-
-    app = FastAPI(title="triton-stack gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    """The HTTP app over an opened Service. The app does not close it: whoever opened it does,
+    once both servers have stopped (gateway/lifecycle.py)."""
+    app = FastAPI(title="triton-stack gateway", docs_url=None, redoc_url=None)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:

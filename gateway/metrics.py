@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
 from prometheus_client import Counter, Gauge, Histogram
 
 # Buckets for a path whose whole budget is a few milliseconds.
@@ -29,3 +34,36 @@ PAYLOAD_LOG_ROWS = Counter(
 )
 for _outcome in ("written", "dropped", "failed"):  # exported at 0 from the start, so rates work
     PAYLOAD_LOG_ROWS.labels(_outcome)
+
+
+def count_error(cause: str) -> None:
+    """One error, by the cause the error tree gives it (gateway/errors.py)."""
+    ERRORS.labels(cause).inc()
+
+
+@dataclass
+class Call:
+    """What a transport tells ``request`` about one predict call while it serves it."""
+
+    route: str
+    model: str = ""  # "" until known (a gRPC message that did not decode)
+    status: str = ""  # the transport's status: "200", "404"; "OK", "NOT_FOUND"
+    not_found: bool = False  # the answer was "no such model or entity"
+
+
+@contextmanager
+def request(route: str, known_models: Collection[str]) -> Iterator[Call]:
+    """The request metrics of one predict call, for both transports: in flight while the block
+    runs, then its latency under (route, model, status). A model name that was not found and is
+    not one the gateway serves is recorded as ``other``: unknown names would explode the label's
+    cardinality."""
+    call = Call(route)
+    start = time.perf_counter()
+    IN_FLIGHT.inc()
+    try:
+        yield call
+    finally:
+        IN_FLIGHT.dec()
+        known = call.model and (not call.not_found or call.model in known_models)
+        label = call.model if known else "other"
+        REQUEST_SECONDS.labels(route, label, call.status).observe(time.perf_counter() - start)

@@ -32,10 +32,6 @@ class Service:
 
     @classmethod
     async def open(cls, settings: GatewaySettings, models: tuple[str, ...]) -> Service:
-        import os
-
-        if settings.redis_url:
-            os.environ.setdefault("REDIS_CONNECTION_STRING", settings.redis_url)
         # Opening the store reads the Feast registry (blocking): keep it off the event loop.
         features = await asyncio.to_thread(
             OnlineFeatures,
@@ -43,6 +39,7 @@ class Service:
             settings.online_store,
             settings.feature_timeout_s,
             settings.feature_reads,
+            settings.redis_url,  # over an inherited REDIS_CONNECTION_STRING; os.environ untouched
         )
         triton = connect(settings.triton_url, settings.triton_timeout_s, settings.triton_reconnect_max_s)
         drift = _drift_monitor(settings)
@@ -64,9 +61,12 @@ class Service:
         if self._collector is not None:
             REGISTRY.unregister(self._collector)
             self._collector = None
+        """Close the clients, once no call uses them any more: the servers have stopped first
+        (gateway/lifecycle.py). The payload log writes what is queued before the store closes."""
         await self.predictor.triton.close()
         if self.payload_log is not None:  # writes what is queued, within its close_s
             await asyncio.to_thread(self.payload_log.close)
+        await self.predictor.features.close()
 
     async def ready(self) -> dict[str, object]:
         """Ready = Triton live, every model ready in Triton, and the online store answering."""
