@@ -54,8 +54,11 @@ class ValidationError(BuilderError):
 
     exit_code = 7
 
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__(f"{len(problems)} problem(s) in the model repository")
+    def __init__(self, problems: list[str], *, hint: str | None = None) -> None:
+        super().__init__(
+            f"{len(problems)} problem(s) in the model repository",
+            hint=hint or "fix each problem listed above, then run `builder validate` again",
+        )
         self.problems = problems
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import importlib.abc
 import json
 import logging
@@ -24,6 +23,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # Click's plain help: option names are never cut at 80 columns
 )
 console = Console(stderr=True, highlight=False)
 
@@ -185,44 +185,20 @@ def _listening_socket(host: str, port: int) -> Any:
 
 
 async def _serve(settings: Any, models: tuple[str, ...], reuse_port: bool = False) -> None:
-    import uvicorn
+    """One gateway process's servers until SIGINT/SIGTERM (gateway/lifecycle.py: the service is
+    opened, both servers started, and on shutdown both drained before the service closes)."""
+    from gateway.lifecycle import Gateway, serve
 
-    from gateway.grpc_app import create_server
-    from gateway.http_app import IdleTimeoutProtocol, create_app
-    from gateway.service import Service
+    def banner(gateway: Gateway) -> None:
+        console.print(
+            f"gateway: HTTP http://{settings.host}:{settings.port}  gRPC {settings.host}:{settings.grpc_port}"
+            f"  Triton {settings.triton_url}  online store {settings.online_store}"
+            f"  auth {'on' if gateway.service.auth.enabled else 'off'}"
+            + (f"  workers {settings.workers} (this one pid {os.getpid()})" if reuse_port else "")
+        )
 
-    service = await Service.open(settings, models)
-    # Everything loaded so far (Feast, pandas, pyarrow, the registry: ~10^6 objects) lives as long
-    # as the process: out of the collector's sight, a full collection no longer walks it on the
-    # request path (p99 at 64 clients, issue 16).
-    gc.freeze()
-    config = uvicorn.Config(
-        create_app(service),
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-        http=IdleTimeoutProtocol,  # also closes connections that never send a request
-        timeout_keep_alive=settings.idle_timeout_s,  # uvicorn says int; its timer takes a float
-    )
-    http = uvicorn.Server(config)
-    grpc_server = None
-    if settings.grpc_port:
-        # gRPC binds with SO_REUSEPORT itself (its default on Linux, said explicitly for workers)
-        grpc_server = create_server(service, f"{settings.host}:{settings.grpc_port}", reuse_port)
-        await grpc_server.start()
-    console.print(
-        f"gateway: HTTP http://{settings.host}:{settings.port}  gRPC {settings.host}:{settings.grpc_port}"
-        f"  Triton {settings.triton_url}  online store {settings.online_store}"
-        f"  auth {'on' if service.auth.enabled else 'off'}"
-        + (f"  workers {settings.workers} (this one pid {os.getpid()})" if reuse_port else "")
-    )
-    try:
-        await http.serve(sockets=[_listening_socket(settings.host, settings.port)] if reuse_port else None)
-    finally:
-        if grpc_server is not None:
-            await grpc_server.stop(grace=2)
+    sockets = [_listening_socket(settings.host, settings.port)] if reuse_port else None
+    await serve(settings, models, reuse_port=reuse_port, sockets=sockets, banner=banner)
 
 
 @app.command("skew-check")
@@ -239,6 +215,7 @@ def skew_check_cmd(
 ) -> None:
     """Compare the input the gateway builds online with the training path's, for sampled entities."""
     settings = _settings(triton_url=triton_url, feature_repo=feature_repo, online_store=online_store)
+    _check_triton(settings.triton_url)
     report = asyncio.run(_skew(settings, model, sample, seed))
     if json_output:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
@@ -256,6 +233,26 @@ def skew_check_cmd(
             f"({', '.join(report.columns)})"
         )
     sys.exit(0 if report.passed else 1)
+
+
+def _check_triton(url: str) -> None:
+    """Refuse an unreachable Triton in a second, before the slow opening (Feast, the registry)."""
+    import socket
+    import urllib.parse
+
+    from gateway.refusal import refuse
+
+    parsed = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+    host = parsed.hostname or "127.0.0.1"
+    port = parsed.port or (8001 if parsed.scheme.startswith("grpc") else 8000)
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except OSError as exc:
+        raise refuse(
+            f"Triton is unreachable at {url} ({exc.strerror or exc})",
+            "start Triton (`builder serve --repo model_repo`), or pass --triton-url of a running one",
+            1,
+        ) from None
 
 
 async def _skew(settings: Any, model: str, sample: int, seed: int) -> Any:
@@ -278,9 +275,11 @@ async def _skew(settings: Any, model: str, sample: int, seed: int) -> Any:
 
 def main() -> None:
     from gateway.errors import GatewayError
+    from gateway.refusal import report_error, run_app
 
     try:
-        app()
+        code = run_app(app, "gateway")
     except GatewayError as exc:
-        console.print(f"[bold red]error:[/] {exc.message}")
-        sys.exit(1)
+        report_error(exc.message, "see `gateway --help`; the error names what failed")
+        code = 1
+    sys.exit(code)

@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from loadtests.errors import EXIT_CODES, GateError, SlaFileError
+from loadtests.errors import EXIT_CODES, GateError, SlaFileError, UsageError
 from loadtests.gate import GateRequest, default_out_dir, describe_request, parse_duration, run_gate
 from loadtests.report import print_report, write_summary
 from loadtests.runner import STARTUP_ALLOWANCE_S, STOP_TIMEOUT_S
@@ -47,6 +47,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # Click's plain help: option names are never cut at 80 columns
 )
 
 
@@ -57,7 +58,13 @@ def _root() -> None:
     # the root), so more commands can join without breaking `loadtests gate ...` scripts.
 
 
-def _report_error(exc: GateError, json_output: bool, out_dir: Path, request: GateRequest | None) -> None:
+def _report_error(
+    exc: GateError,
+    json_output: bool,
+    out_dir: Path | None,
+    request: GateRequest | None,
+    out_given: bool = True,
+) -> None:
     err = Console(stderr=True, highlight=False)
     err.print(f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
     problems = exc.problems if isinstance(exc, SlaFileError) else []
@@ -75,8 +82,10 @@ def _report_error(exc: GateError, json_output: bool, out_dir: Path, request: Gat
         "problems": problems,
         "run": describe_request(request) if request else None,
     }
-    with contextlib.suppress(OSError):  # an unwritable --out must not hide the real error
-        summary["summary_path"] = str(write_summary(out_dir, summary))
+    # a default folder the run never got to create is not made just for the error (only --out is)
+    if out_dir is not None and (out_given or out_dir.exists()):
+        with contextlib.suppress(OSError):  # an unwritable --out must not hide the real error
+            summary["summary_path"] = str(write_summary(out_dir, summary))
     if json_output:
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
 
@@ -170,7 +179,7 @@ def gate(
         )
         result = run_gate(request)
     except GateError as exc:
-        _report_error(exc, json_output, out_dir, request)
+        _report_error(exc, json_output, out_dir, request, out_given=out is not None)
         raise typer.Exit(exc.exit_code) from None
 
     print_report(console, result.stats, result.checks, result.passed)
@@ -189,4 +198,15 @@ def gate(
 
 def main() -> None:
     """Console-script entry point (``loadtests = "loadtests.cli:main"``)."""
-    app()
+    from typer._click import exceptions as click  # Typer 0.29 vendors Click
+
+    try:
+        code = app(prog_name="loadtests", standalone_mode=False)
+    except click.NoArgsIsHelpError as exc:
+        exc.show()
+        code = exc.exit_code
+    except click.ClickException as exc:  # Click's usage errors take the contract's shape too
+        command = getattr(getattr(exc, "ctx", None), "command_path", None) or "loadtests"
+        _report_error(UsageError(exc.format_message(), hint=f"see `{command} --help`"), False, None, None)
+        code = UsageError.exit_code
+    sys.exit(code if isinstance(code, int) else 0)

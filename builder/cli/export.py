@@ -113,6 +113,7 @@ def export(
     from builder.tensorrt.options import PlanOptions
 
     def go() -> None:
+        _check_files(reference, ensemble_spec, int8_calibration)
         formats = tuple(format or ["onnx"])
         bad = sorted(set(formats) - {"onnx", "tensorrt", "all"})
         if bad:
@@ -175,3 +176,34 @@ def export(
         console.print(table)
 
     run_json_aware(json_output, go)
+
+
+def _check_files(reference: Path | None, ensemble_spec: Path | None, int8_calibration: Path | None) -> None:
+    """Refuse a missing or unreadable input file at once, before the export loads the model."""
+    from builder.errors import UsageError
+
+    given = {
+        "--reference": reference,
+        "--ensemble-spec": ensemble_spec,
+        "--int8-calibration": int8_calibration,
+    }
+    default = {
+        "--reference": "a Parquet file, one column per model input, or leave it out to use the run's "
+        "serving/reference.parquet",
+        "--ensemble-spec": "the ensemble JSON spec, or leave it out to use the run's serving/ensemble.json",
+        "--int8-calibration": "an .npy file (one input) or an .npz by input name",
+    }
+    for flag, path in given.items():
+        if path is not None and not path.is_file():
+            raise UsageError(f"{flag} {path} does not exist (or is not a file)", hint=f"pass {default[flag]}")
+    if reference is not None:
+        import pyarrow.parquet as pq
+
+        try:
+            pq.read_schema(reference)
+        except Exception as exc:  # pyarrow's errors for a file that is not Parquet, or is truncated
+            reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise UsageError(
+                f"--reference {reference} is not a readable Parquet file: {reason}",
+                hint=f"pass {default['--reference']}",
+            ) from None

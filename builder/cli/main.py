@@ -7,11 +7,13 @@ with ``--json`` the same facts go to stdout as an object, so pipelines can read 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 import typer
 from rich.console import Console
+from typer._click import exceptions as click  # Typer 0.29 vendors Click: its own exception classes
 
-from builder.errors import BuilderError
+from builder.errors import BuilderError, UsageError
 
 app = typer.Typer(
     name="builder",
@@ -19,8 +21,13 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-runtime_app = typer.Typer(help="The embedded Triton runtime (install, locate).", no_args_is_help=True)
+# rich_markup_mode=None: Click's plain help, which wraps at the terminal width (COLUMNS) but never
+# cuts an option's name (Typer's rich panels cut them to `--max-queue-dela…` at 80 columns)
+runtime_app = typer.Typer(
+    help="The embedded Triton runtime (install, locate).", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(runtime_app, name="runtime")
 
 err_console = Console(stderr=True, highlight=False)
@@ -44,8 +51,30 @@ def _register_commands() -> None:
 def main() -> None:
     """Console-script entry point."""
     _register_commands()
+    sys.exit(run_app(app, "builder", report_error))
+
+
+def run_app(typer_app: typer.Typer, prog: str, report: Callable[[BuilderError], None]) -> int:
+    """Run a Typer app under the error contract and return its exit code: a BuilderError and
+    Click's own usage errors (missing option, bad value, unknown flag) both become one
+    ``error:`` line and a ``hint:`` line, exit 2 for usage."""
     try:
-        app()
+        code = typer_app(prog_name=prog, standalone_mode=False)
     except BuilderError as exc:
-        report_error(exc)
-        sys.exit(exc.exit_code)
+        report(exc)
+        return exc.exit_code
+    except click.NoArgsIsHelpError as exc:  # `builder` alone: the help, as before
+        exc.show()
+        return exc.exit_code
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx is not None else prog
+        report(UsageError(exc.format_message(), hint=f"see `{command} --help`"))
+        return UsageError.exit_code
+    except click.ClickException as exc:  # e.g. a file option that cannot be opened
+        report(UsageError(exc.format_message(), hint=f"see `{prog} --help`"))
+        return UsageError.exit_code
+    except typer.Abort:
+        err_console.print("[bold red]error:[/] interrupted", soft_wrap=True)
+        err_console.print("[dim]hint:[/] run the command again to finish", soft_wrap=True)
+        return 130
+    return code if isinstance(code, int) else 0

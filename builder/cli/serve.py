@@ -18,10 +18,10 @@ from rich.console import Console
 from rich.table import Table
 
 from builder.cli.main import app, runtime_app
-from builder.errors import RepositoryError, RuntimeSetupError
+from builder.errors import RepositoryError, RuntimeSetupError, UsageError
 from builder.runtime.install import install_runtime
 from builder.runtime.paths import default_runtime_dir, locate_runtime, read_stamp
-from builder.runtime.server import TritonServer
+from builder.runtime.server import CONTROL_MODES, TritonServer
 
 console = Console(highlight=False)
 
@@ -67,7 +67,7 @@ def _run_until_stopped(server: TritonServer, show_log: bool) -> None:
         if code is not None:
             raise RuntimeSetupError(
                 f"tritonserver exited unexpectedly (exit code {code})\n{server.log_tail()}",
-                hint=f"see the full log at {server.log_path}",
+                hint="read the log lines above",
             )
 
 
@@ -108,6 +108,18 @@ def serve(
             f"model repository {repo} does not exist",
             hint="pass --repo pointing at a directory of models (see `builder export`)",
         )
+    if model_control_mode not in CONTROL_MODES:  # before the runtime is looked for
+        raise UsageError(
+            f"unknown model control mode '{model_control_mode}'",
+            hint="use one of: " + ", ".join(CONTROL_MODES),
+        )
+    missing = [m for m in load_model or () if not (repo / m).is_dir()]
+    if missing:
+        present = sorted(p.name for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
+        raise RepositoryError(
+            f"--load-model {', '.join(missing)}: no such model in {repo}",
+            hint="load one of: " + (", ".join(present) or "(the repository has no models)"),
+        )
     server = TritonServer(
         repo,
         http_port=http_port,
@@ -133,9 +145,14 @@ def serve(
         _run_until_stopped(server, show_log)
     except KeyboardInterrupt:
         console.print("stopping ...")
+    except RuntimeSetupError as exc:  # Triton failed: its log stays, named in the hint
+        exc.hint = f"{exc.hint}; the full log is {server.log_path}" if exc.hint else f"see {server.log_path}"
+        raise
     finally:
         server.stop()
         signal.signal(signal.SIGTERM, previous)
+    if log_file is None:
+        server.discard_log()  # a clean exit leaves no temp file behind
     console.print("stopped")
 
 

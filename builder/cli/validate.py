@@ -23,6 +23,12 @@ def validate(
 
     def go() -> None:
         entries, problems = validate_repository(repo)
+        if not repo.is_dir():
+            raise ValidationError(
+                problems,
+                hint="pass --repo pointing at a model repository folder (`builder export --repo DIR` "
+                "writes one)",
+            )
         if problems:
             raise ValidationError(problems)
         warnings = [w for e in entries for w in e.warnings]

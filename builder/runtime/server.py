@@ -104,6 +104,11 @@ def _http_status(url: str) -> int | None:
         return None
 
 
+# Triton's log lines for a model it could not load: "Poll failed for model directory 'm': why",
+# "failed to load 'm' version 1: why"
+_FAILED_MODEL = re.compile(r"(?:Poll failed for model directory|failed to load) '([^']+)'[^\n]*?: ([^\n\"]*)")
+
+
 class TritonServer:
     """One ``tritonserver`` process serving ``repo`` on local ports.
 
@@ -147,6 +152,7 @@ class TritonServer:
         self.ports: dict[str, int] = {}
         self._runtime = runtime
         self._log_path = log_path
+        self._log_is_temp = log_path is None  # created by us in the temp folder: ours to remove
         self._log_handle: IO[str] | None = None
         self._log_offset = 0  # where the current attempt's output starts in the log
         self._proc: subprocess.Popen[bytes] | None = None
@@ -187,6 +193,13 @@ class TritonServer:
             os.close(handle)
             self._log_path = Path(name)
         return self._log_path
+
+    def discard_log(self) -> None:
+        """Remove the log if it is the temp file this server created (after a clean stop)."""
+        if self._log_is_temp and self._log_path is not None and self._proc is None:
+            with contextlib.suppress(OSError):
+                self._log_path.unlink()
+            self._log_path = None
 
     @property
     def pid(self) -> int | None:
@@ -336,9 +349,15 @@ class TritonServer:
     def _start_error(self, summary: str) -> RuntimeSetupError:
         tail = self.log_tail()
         errors = [ln for ln in tail.splitlines() if ln.startswith(("E", "error:"))]
+        # the models Triton could not load, by name ("failed to load all models" names none)
+        models = [f"{m[1]}: {m[2].strip()}" for m in _FAILED_MODEL.finditer(self._log_since_launch())]
         reason = f": {errors[-1].strip()}" if errors else ""
+        if models:
+            reason += " (model(s) that failed: " + "; ".join(dict.fromkeys(models)) + ")"
+        # indented, so the tail's own "error:" lines never read as a second error of ours
+        quoted = "\n".join(f"  | {line}" for line in tail.splitlines())
         return RuntimeSetupError(
-            f"{summary}{reason}\n--- last lines of {self.log_path} ---\n{tail}",
+            f"{summary}{reason}\n--- last lines of {self.log_path} ---\n{quoted}",
             hint="read the log lines above; a model that fails to load stops the server",
         )
 

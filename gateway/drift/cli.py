@@ -26,11 +26,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from gateway.refusal import refuse
+
 drift_app = typer.Typer(
     help="Drift of what the models see against their training reference (docs/drift.md).",
     invoke_without_command=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # Click's plain help: option names are never cut at 80 columns
 )
 
 EXIT_ALERT = 3
@@ -40,9 +43,10 @@ _STYLE = {"alert": "bold red", "warn": "yellow", "ok": "green", "insufficient": 
 class Refused(Exception):
     """The gateway did not answer with a report; ``code`` is the exit code."""
 
-    def __init__(self, message: str, code: int) -> None:
+    def __init__(self, message: str, code: int, hint: str) -> None:
         super().__init__(message)
         self.code = code
+        self.hint = hint
 
 
 def fetch_report(url: str, model: str, window: str, api_key: str | None, timeout: float = 10.0) -> dict:
@@ -59,12 +63,21 @@ def fetch_report(url: str, model: str, window: str, api_key: str | None, timeout
             reason = body.get("error") or body.get("detail") or exc.reason
         except (ValueError, AttributeError):
             reason = exc.reason
+        hint = {
+            400: "pass a --window from 1m to 24h, e.g. 5m, 1h",
+            401: "pass the gateway's key: --api-key or GATEWAY_API_KEY",
+            404: "pass a --model the gateway serves (see its /readyz)",
+        }.get(exc.code, "see the gateway's log")
         raise Refused(
-            f"{model}: the gateway answered {exc.code}: {reason}", 2 if exc.code == 400 else 1
+            f"{model}: the gateway answered {exc.code}: {reason}", 2 if exc.code == 400 else 1, hint
         ) from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         why = getattr(exc, "reason", exc)
-        raise Refused(f"the gateway at {url} is unreachable: {why}", 1) from None
+        raise Refused(
+            f"the gateway at {url} is unreachable: {why}",
+            1,
+            "start the gateway (`gateway serve`), or pass --url of a running one",
+        ) from None
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -121,13 +134,11 @@ def drift(
     or refused, 2 usage."""
     if ctx.invoked_subcommand is not None:
         return
-    console = Console(stderr=True, highlight=False)
     models = model or _default_models()
     try:
         reports = [fetch_report(url, m, window, api_key) for m in models]
     except Refused as exc:
-        console.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(exc.code) from None
+        raise refuse(str(exc), exc.hint, exc.code) from None
     if json_output:
         sys.stdout.write(json.dumps({"reports": reports}, indent=2) + "\n")
     else:
@@ -154,7 +165,8 @@ def _default_models() -> list[str]:
         return list(GatewaySettings.model_validate({}).models)
     except ValidationError as exc:
         first = exc.errors()[0]
-        Console(stderr=True).print(
-            f"[bold red]error:[/] setting {'.'.join(map(str, first['loc']))}: {first['msg']}"
-        )
-        raise typer.Exit(2) from None
+        raise refuse(
+            f"setting {'.'.join(map(str, first['loc']))}: {first['msg']}",
+            "fix the GATEWAY_* variable it names, or pass --model",
+            2,
+        ) from None

@@ -30,9 +30,13 @@ def parse_since(text: str, now: dt.datetime) -> dt.datetime:
     return at if at.tzinfo else at.replace(tzinfo=dt.UTC)
 
 
-def _fail(message: str, code: int) -> typer.Exit:
-    typer.echo(f"error: {message}", err=True)
-    return typer.Exit(code)
+_HINT = "see `gateway drift report --help` (docs/drift.md: the payload log)"
+
+
+def _fail(message: str, code: int, hint: str = _HINT) -> typer.Exit:
+    from gateway.refusal import refuse
+
+    return refuse(message, hint, code)
 
 
 def report(
@@ -57,26 +61,38 @@ def report(
     from gateway.payload_log.report import ReportError, build_report
 
     if not log:
-        raise _fail("no payload log: pass --log DIR|URL or set GATEWAY_PAYLOAD_LOG", 2)
+        raise _fail(
+            "no payload log given",
+            2,
+            "pass --log DIR|URL (the gateway's GATEWAY_PAYLOAD_LOG), or set GATEWAY_PAYLOAD_LOG",
+        )
     now = dt.datetime.now(dt.UTC)
     try:
         start = parse_since(since, now)
     except ValueError as exc:
-        raise _fail(str(exc), 2) from None
+        raise _fail(str(exc), 2, "write --since as 30m, 1h, 7d or an ISO time") from None
     if repo is not None and not repo.is_dir():
-        raise _fail(f"--repo {repo} is not a folder", 2)
+        raise _fail(
+            f"--repo {repo} is not a folder", 2, "pass --repo the model repository the gateway serves"
+        )
     try:
         built = build_report(
             log, model, start, now + dt.timedelta(seconds=1), repo, Thresholds(min_rows=min_rows)
         )
     except ReportError as exc:
-        raise _fail(str(exc), exc.code) from None
+        raise _fail(
+            str(exc),
+            exc.code,
+            "check --log (where the gateway's GATEWAY_PAYLOAD_LOG points), --model and --since",
+        ) from None
     except OSError as exc:  # pyarrow's filesystem errors (a URL it cannot reach, no credentials)
-        raise _fail(f"cannot read the payload log at {log}: {exc}", 1) from None
+        raise _fail(
+            f"cannot read the payload log at {log}: {exc}", 1, "check --log and its credentials"
+        ) from None
     try:
         out.write_text(render(built), encoding="utf-8")
     except OSError as exc:
-        raise _fail(f"cannot write {out}: {exc.strerror or exc}", 1) from None
+        raise _fail(f"cannot write {out}: {exc.strerror or exc}", 1, "pass --out a writable file") from None
     rows = sum(v.rows for v in built.versions)
     missing = [v.version for v in built.versions if v.reference is None]
     note = f"; no reference for version(s) {', '.join(missing)}" if missing else ""
