@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import gateway_stages
-from benchmarks.loadgen import group_cpu_seconds
+from benchmarks.loadgen import group_cpu_seconds, machine_cpu_seconds
 from benchmarks.wrk import run_wrk
 
 AIMS = {
@@ -99,7 +99,7 @@ def load_points(
     """wrk at each concurrency against each path (alternated), CPU µs per request per tree."""
 
     def sample() -> dict[str, float]:
-        return {k: group_cpu_seconds(p) for k, p in pgids.items()}
+        return {"machine": machine_cpu_seconds(), **{k: group_cpu_seconds(p) for k, p in pgids.items()}}
 
     points = []
     for c in concurrency:
@@ -112,6 +112,9 @@ def load_points(
                 before, after = p.pop("sample_before"), p.pop("sample_after")
                 cpu = {f"{k}_us": (after[k] - before[k]) / ok * 1e6 for k in pgids}
                 cpu.update({f"{k}_cores": (after[k] - before[k]) / seconds for k in pgids})
+                # everything else busy meanwhile: wrk itself, and any other work on the machine
+                servers = sum(after[k] - before[k] for k in pgids)
+                cpu["other_cores"] = max(0.0, after["machine"] - before["machine"] - servers) / seconds
             points.append({"path": path, "concurrency": c, **p, **cpu})
     return points
 

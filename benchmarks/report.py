@@ -317,11 +317,20 @@ def cpu_markdown(c: dict[str, Any]) -> list[str]:
                 "—" if failed else _ms(p["p99_ms"]),
                 str(p["errors"]),
                 _us_pair(p.get("gateway_us"), p.get("triton_us")),
-                f"{p.get('gateway_cores', 0):.2f} / {p.get('triton_cores', 0):.2f}",
+                " / ".join(f"{p.get(k, 0):.2f}" for k in ("gateway_cores", "triton_cores", "other_cores")),
             ]
         )
     lines += _table(
-        ["path", "clients", "req/s", "p50 ms", "p99 ms", "failed", "CPU µs/req: gateway / Triton", "cores"],
+        [
+            "path",
+            "clients",
+            "req/s",
+            "p50 ms",
+            "p99 ms",
+            "failed",
+            "CPU µs/req: gateway / Triton",
+            "cores: gateway / Triton / other (wrk included)",
+        ],
         rows,
     )
     idle = ", ".join(f"{k} {v:.4f}" for k, v in c["idle_cores"].items())
