@@ -8,6 +8,13 @@ tree where they are caught (``raise ... from exc``), never leaked to the CLI.
 from __future__ import annotations
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message as one line for an ``error:`` line: its first non-empty line, cut
+    at ``limit`` characters; the exception's type name when it has no message."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__
+
+
 class BuilderError(Exception):
     """Base of every error the builder reports to a user."""
 

@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 import pandas as pd
 
-from builder.errors import UsageError
+from builder.errors import UsageError, first_line
 from builder.feeds import example_tensors
 from builder.kinds import ModelKind
 from builder.parity import run_onnx
@@ -204,7 +204,7 @@ def _predict(
         try:
             parts.append(run_onnx(graph, feeds))
         except Exception as exc:  # onnxruntime refusing these rows
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc)
             raise UsageError(f"the exported model cannot score the rows of {source}: {first}") from exc
     if not parts:
         return {}
@@ -234,7 +234,7 @@ def read_frame(path: Path, label: str) -> pd.DataFrame:
     except FileNotFoundError as exc:
         raise UsageError(f"reference {label} does not exist", hint="pass a Parquet file") from exc
     except Exception as exc:  # pyarrow's errors for a file that is not Parquet, or is truncated
-        reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        reason = first_line(exc, 200)
         raise UsageError(f"reference {label} is not a readable Parquet file: {reason}") from exc
 
 

@@ -21,7 +21,7 @@ import onnx
 from builder.artifacts import model_artifacts, opset_of
 from builder.convert import converter_for
 from builder.convert.base import FlavorConverter, check_model, graph_tensors, normalize_outputs
-from builder.errors import BuilderError, ConversionError, ParityError, UsageError
+from builder.errors import BuilderError, ConversionError, ParityError, UsageError, first_line
 from builder.feeds import Feeds, build_feeds, example_digest, example_tensors
 from builder.kinds import ModelKind
 from builder.names import validate_model_name
@@ -322,13 +322,13 @@ class Parity(Step):
         except Exception as exc:  # the native model refusing its own kind of input
             raise ParityError(
                 f"{ref}: the native model failed on the parity rows: {type(exc).__name__}: "
-                f"{str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}",
+                f"{first_line(exc, 200)}",
                 hint="check the input example matches what the model was trained on",
             ) from exc
         try:
             converted = run_onnx(ctx.graph, feeds.arrays)
         except Exception as exc:  # onnxruntime refusing the graph or the rows
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            first = first_line(exc)
             raise ConversionError(f"{ref}: ONNX Runtime cannot run the converted graph: {first}") from exc
         report = compare(
             converted,

@@ -180,7 +180,7 @@ def export(
 
 def _check_files(reference: Path | None, ensemble_spec: Path | None, int8_calibration: Path | None) -> None:
     """Refuse a missing or unreadable input file at once, before the export loads the model."""
-    from builder.errors import UsageError
+    from builder.errors import UsageError, first_line
 
     given = {
         "--reference": reference,
@@ -202,7 +202,7 @@ def _check_files(reference: Path | None, ensemble_spec: Path | None, int8_calibr
         try:
             pq.read_schema(reference)
         except Exception as exc:  # pyarrow's errors for a file that is not Parquet, or is truncated
-            reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            reason = first_line(exc, 200)
             raise UsageError(
                 f"--reference {reference} is not a readable Parquet file: {reason}",
                 hint=f"pass {default['--reference']}",

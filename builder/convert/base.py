@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from builder.errors import ConversionError
+from builder.errors import ConversionError, first_line
 from builder.kinds import ModelKind
 from builder.signature import ModelInputs
 from builder.tensors import TensorSpec, dtype_from_onnx
@@ -179,6 +179,6 @@ def check_model(model: onnx.ModelProto, model_ref: str) -> onnx.ModelProto:
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
-        first = str(exc).strip().splitlines()[0]
+        first = first_line(exc)
         raise ConversionError(f"{model_ref}: the converted ONNX graph is invalid: {first}") from exc
     return model

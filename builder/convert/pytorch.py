@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from builder.convert.base import FlavorConverter
-from builder.errors import ConversionError
+from builder.errors import ConversionError, first_line
 from builder.signature import ModelInputs
 
 MIN_OPSET = 18  # the dynamo exporter's lowest
@@ -59,7 +59,7 @@ class PyTorchConverter(FlavorConverter):
                 )
         except Exception as exc:  # torch raises UnsupportedOperatorError, SymbolicValueError, ...
             raise ConversionError(
-                f"torch.onnx.export failed: {str(exc).strip().splitlines()[0][:300]}",
+                f"torch.onnx.export failed: {first_line(exc)}",
                 hint="an operator without an ONNX symbolic: rewrite it with supported ops, or log "
                 "the model as ONNX yourself (mlflow.onnx.log_model)",
             ) from exc

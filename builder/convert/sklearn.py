@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 from builder.convert.base import FlavorConverter, float32_tensors, native_frame
-from builder.errors import ConversionError
+from builder.errors import ConversionError, first_line
 from builder.kinds import ModelKind
 from builder.signature import ModelInputs
 from builder.tensors import TensorSpec
@@ -156,7 +156,7 @@ class SklearnConverter(FlavorConverter):
                 steps = " -> ".join(type(step).__name__ for _, step in native.steps)
                 what = f"the Pipeline ({steps})"
             raise ConversionError(
-                f"skl2onnx cannot convert {what}: {_first_line(exc)}", hint=_hint(exc)
+                f"skl2onnx cannot convert {what}: {first_line(exc)}", hint=_hint(exc)
             ) from exc
         return model
 
@@ -206,8 +206,3 @@ def _hint(exc: BaseException) -> str:
             "with missing strings filled with '' before the model (what the gateway sends)"
         )
     return "use estimators skl2onnx supports, or register a converter for custom steps"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
