@@ -80,7 +80,6 @@ class OnlineFeatures:
         self._key_types: dict[str, dict[str, str]] = {}
         self._async = profile == "redis"
         self._inline = reads == "inline"
-        self._retry_set = not self._async  # the Redis client's retries, set before its first read
 
     async def close(self) -> None:
         """Stop the read thread and close the store's clients: Feast's ``close()`` (a no-op for
@@ -227,8 +226,6 @@ class OnlineFeatures:
         """One store read under the deadline: the async form for Redis, else the sync one inline
         (timed after the fact) or in the worker thread."""
         if self._async:
-            if not self._retry_set:
-                await self._retry_at_once()
             return await asyncio.wait_for(read_async(entity_rows), self.timeout_s)
         if self._inline:
             start = time.monotonic()
@@ -238,14 +235,16 @@ class OnlineFeatures:
             return result
         return await self._in_thread(read, entity_rows)
 
-    async def _retry_at_once(self) -> None:
-        """One retry without back-off on the online store's async Redis client (the one every
-        read here goes through; Feast builds it, lazily, without I/O): the deadline is the
-        gateway's, and a retry still reconnects a pooled connection a restarted Redis dropped."""
+    async def prepare(self) -> None:
+        """Once, on the event loop, before the first read (Service.open): the Redis profile's
+        async client retries once without back-off (the one every read here goes through; Feast
+        builds it, lazily, without I/O). The deadline is the gateway's, and a retry still
+        reconnects a pooled connection a restarted Redis dropped."""
+        if not self._async:
+            return
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
 
-        self._retry_set = True
         online_store: Any = self._store._get_provider().online_store  # Feast's RedisOnlineStore
         get_client = getattr(online_store, "_get_client_async", None)  # Feast's, not public API
         if get_client is None:  # another Feast: its own retries, the deadline still holds

@@ -89,7 +89,7 @@ class GatewayServicer:
 
     async def Predict(self, raw: bytes, context: grpc.aio.ServicerContext) -> gateway_pb2.PredictResponse:
         with metrics.request("grpc_predict", self.service.models) as call:
-            call.status = "OK"  # until the bytes decode: no model to label
+            call.status = "OK"  # the model is labelled once the bytes decode
             try:
                 md = {k.lower(): v for k, v in context.invocation_metadata() or ()}
                 self.service.auth.check(md.get("x-api-key"), md.get("authorization"))
@@ -99,7 +99,6 @@ class GatewayServicer:
                 return to_response(result)
             except GatewayError as exc:
                 call.status = exc.grpc_code.name
-                call.not_found = exc.grpc_code == grpc.StatusCode.NOT_FOUND
                 metrics.count_error(exc.cause)
                 detail = f"{exc.field}: {exc.message}" if exc.field else exc.message
                 await context.abort(exc.grpc_code, detail)

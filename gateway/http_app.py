@@ -169,7 +169,7 @@ class PredictRoute:
         with metrics.request("predict", self.service.models) as call:
             call.model = model
             status, body, headers = await self._answer(model, scope, receive)
-            call.status, call.not_found = str(status), status == 404
+            call.status = str(status)
             await send(
                 {
                     "type": "http.response.start",

@@ -41,6 +41,9 @@ def count_error(cause: str) -> None:
     ERRORS.labels(cause).inc()
 
 
+_NOT_FOUND = frozenset({"404", "NOT_FOUND"})  # the HTTP and the gRPC status
+
+
 @dataclass
 class Call:
     """What a transport tells ``request`` about one predict call while it serves it."""
@@ -48,7 +51,6 @@ class Call:
     route: str
     model: str = ""  # "" until known (a gRPC message that did not decode)
     status: str = ""  # the transport's status: "200", "404"; "OK", "NOT_FOUND"
-    not_found: bool = False  # the answer was "no such model or entity"
 
 
 @contextmanager
@@ -64,6 +66,7 @@ def request(route: str, known_models: Collection[str]) -> Iterator[Call]:
         yield call
     finally:
         IN_FLIGHT.dec()
-        known = call.model and (not call.not_found or call.model in known_models)
+        not_found = call.status in _NOT_FOUND  # no such model (or entity)
+        known = call.model and (not not_found or call.model in known_models)
         label = call.model if known else "other"
         REQUEST_SECONDS.labels(route, label, call.status).observe(time.perf_counter() - start)

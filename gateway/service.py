@@ -41,6 +41,7 @@ class Service:
             settings.feature_reads,
             settings.redis_url,  # over an inherited REDIS_CONNECTION_STRING; os.environ untouched
         )
+        await features.prepare()
         triton = connect(settings.triton_url, settings.triton_timeout_s, settings.triton_reconnect_max_s)
         drift = _drift_monitor(settings)
         payload_log = open_payload_log(settings, features)
@@ -58,11 +59,11 @@ class Service:
         return service
 
     async def close(self) -> None:
+        """Close the clients, once no call uses them any more: the servers have stopped first
+        (gateway/lifecycle.py). The payload log writes what is queued before the store closes."""
         if self._collector is not None:
             REGISTRY.unregister(self._collector)
             self._collector = None
-        """Close the clients, once no call uses them any more: the servers have stopped first
-        (gateway/lifecycle.py). The payload log writes what is queued before the store closes."""
         await self.predictor.triton.close()
         if self.payload_log is not None:  # writes what is queued, within its close_s
             await asyncio.to_thread(self.payload_log.close)

@@ -26,16 +26,14 @@ from tritonclient.grpc._client import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
 from tritonclient.utils import InferenceServerException
 
 from gateway.errors import DeadlineExceeded, GatewayError, ModelNotFound, Unavailable
-from gateway.triton_http import TRITON_DTYPES, TritonHTTPClient, bytes_tensor
+from gateway.triton_http import TritonHTTPClient, bytes_tensor, triton_datatype
 
 
 def infer_inputs(inputs: Mapping[str, np.ndarray]) -> list[grpcclient.InferInput]:
     """Triton inputs for named arrays, each typed by its numpy dtype."""
     request = []
     for name, array in inputs.items():
-        datatype = TRITON_DTYPES.get(array.dtype)
-        if datatype is None:
-            raise GatewayError(f"input {name!r} is {array.dtype}, which the gateway does not send to Triton")
+        datatype = triton_datatype(name, array)
         inp = grpcclient.InferInput(name, list(array.shape), datatype)
         inp.set_data_from_numpy(array)
         request.append(inp)
@@ -50,9 +48,7 @@ def infer_request(
     bytes, strings in Triton's length-prefixed BYTES layout); the named outputs asked for."""
     request = service_pb2.ModelInferRequest(model_name=model)
     for name, array in inputs.items():
-        datatype = TRITON_DTYPES.get(array.dtype)
-        if datatype is None:
-            raise GatewayError(f"input {name!r} is {array.dtype}, which the gateway does not send to Triton")
+        datatype = triton_datatype(name, array)
         request.inputs.add(name=name, datatype=datatype, shape=array.shape)
         raw = bytes_tensor(array) if datatype == "BYTES" else array.tobytes()  # C order, any strides
         request.raw_input_contents.append(raw)

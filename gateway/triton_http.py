@@ -203,6 +203,14 @@ def split_url(url: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def triton_datatype(name: str, array: np.ndarray) -> str:
+    """The Triton datatype ``array`` is sent as (by its numpy dtype), or the reason it is not."""
+    datatype = TRITON_DTYPES.get(array.dtype)
+    if datatype is None:
+        raise GatewayError(f"input {name!r} is {array.dtype}, which the gateway does not send to Triton")
+    return datatype
+
+
 def bytes_tensor(array: np.ndarray) -> bytes:
     """Triton's BYTES layout for an array of str (or bytes): each element, C order, as a 4-byte
     little-endian length and its UTF-8 bytes. What ``tritonclient.utils.serialize_byte_tensor``
@@ -227,9 +235,7 @@ def infer_body(inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...]) -> tu
     of the nested dicts was ~25 µs for nine inputs."""
     tensors, blobs = [], []
     for name, array in inputs.items():
-        datatype = TRITON_DTYPES.get(array.dtype)
-        if datatype is None:
-            raise GatewayError(f"input {name!r} is {array.dtype}, which the gateway does not send to Triton")
+        datatype = triton_datatype(name, array)
         raw = bytes_tensor(array) if datatype == "BYTES" else array.tobytes()  # C order, any strides
         blobs.append(raw)
         shape = ",".join(map(str, array.shape))
