@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import gateway_stages
-from benchmarks.loadgen import group_cpu_seconds, machine_cpu_seconds
+from benchmarks.loadgen import group_cpu_seconds, machine_cpu_seconds, processes
 from benchmarks.wrk import run_wrk
 
 AIMS = {
@@ -65,16 +65,13 @@ def v2_bodies(x: dict[str, np.ndarray], outputs: tuple[str, ...]) -> list[str]:
 def rss_mib(pgid: int) -> float:
     """Resident memory of every process in group ``pgid`` (Linux /proc), MiB."""
     total_kib = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+    for entry, fields in processes():
+        if int(fields[2]) != pgid:
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-            if int(fields[2]) != pgid:
-                continue
             status = (entry / "status").read_text()
         except OSError:
-            continue
+            continue  # exited while we looked
         for line in status.splitlines():
             if line.startswith("VmRSS:"):
                 total_kib += int(line.split()[1])

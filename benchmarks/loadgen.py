@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,9 +47,9 @@ class Segment:
     step_stats: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
-def group_cpu_seconds(pgid: int) -> float:
-    """utime + stime of every live process in group ``pgid`` (Linux /proc), in seconds."""
-    total = 0
+def processes() -> Iterator[tuple[Path, list[str]]]:
+    """Every live process (Linux /proc): its /proc folder and its stat fields from "state" (field
+    3 of proc(5)) on: [1] the parent pid, [2] the process group, [11] + [12] utime + stime."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -56,11 +57,16 @@ def group_cpu_seconds(pgid: int) -> float:
             stat = (entry / "stat").read_text()
         except OSError:
             continue  # exited while we looked
-        # Fields after the parenthesised command name start at "state" (field 3 of proc(5)).
-        fields = stat.rsplit(")", 1)[-1].split()
-        if int(fields[2]) == pgid:
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / _CLK_TCK
+        yield entry, stat.rsplit(")", 1)[-1].split()
+
+
+def clock_ticks(ticks: int) -> float:
+    return ticks / _CLK_TCK
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    """utime + stime of every live process in group ``pgid`` (Linux /proc), in seconds."""
+    return clock_ticks(sum(int(f[11]) + int(f[12]) for _, f in processes() if int(f[2]) == pgid))
 
 
 def machine_cpu_seconds() -> float:

@@ -49,11 +49,12 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.loadgen import clock_ticks, machine_cpu_seconds, processes
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TYPED, NUMERIC = "shim_typed", "shim_numeric"
 IDENTITY = "_identity"
 AIM_RATIO = 2.0  # shim CPU per request <= 2x (identity + session.run), issue 16 part 3
-_CLK_TCK = os.sysconf("SC_CLK_TCK")
 _REQUEST_TIMEOUT_S = 10.0
 
 # A Python-backend model that returns its inputs unchanged: what the backend costs on its own.
@@ -315,14 +316,7 @@ def tree_cpu_seconds(root_pid: int, model: str | None = None) -> tuple[float, fl
     children: dict[int, list[int]] = {}
     times: dict[int, int] = {}
     stubs: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # exited while we looked
-        fields = stat.rsplit(")", 1)[-1].split()  # from "state" (field 3 of proc(5)) on
+    for entry, fields in processes():
         pid = int(entry.name)
         children.setdefault(int(fields[1]), []).append(pid)
         times[pid] = int(fields[11]) + int(fields[12])
@@ -338,13 +332,7 @@ def tree_cpu_seconds(root_pid: int, model: str | None = None) -> tuple[float, fl
         pid = todo.pop()
         total += times.get(pid, 0)
         todo.extend(children.get(pid, ()))
-    return total / _CLK_TCK, sum(times[pid] for pid in stubs) / _CLK_TCK
-
-
-def machine_cpu_seconds() -> float:
-    """Busy CPU time of the whole machine since boot, in seconds (others' load shows here)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return (sum(fields) - fields[3] - fields[4]) / _CLK_TCK
+    return clock_ticks(total), clock_ticks(sum(times[pid] for pid in stubs))
 
 
 @dataclass
