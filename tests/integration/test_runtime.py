@@ -88,6 +88,15 @@ def model_config(name: str, *, max_batch_size: int) -> str:
     return text_format.MessageToString(config)
 
 
+def save_model(repo: Path, name: str, model: onnx.ModelProto, spec: dict[str, Any]) -> None:
+    """``model`` as ``<repo>/<name>/1/model.onnx`` beside the config ``spec`` (a ModelConfig as a
+    dict) rendered as Triton's text format."""
+    (repo / name / "1").mkdir(parents=True)
+    onnx.save(model, repo / name / "1" / "model.onnx")
+    config = json_format.ParseDict(spec, model_config_pb2.ModelConfig())
+    (repo / name / "config.pbtxt").write_text(text_format.MessageToString(config))
+
+
 def write_model(repo: Path, name: str, *, max_batch_size: int = 8) -> Path:
     folder = repo / name
     (folder / "1").mkdir(parents=True)
@@ -108,8 +117,6 @@ def write_failing_model(repo: Path, name: str, *, batching: bool = False) -> Non
     graph = helper.make_graph([helper.make_node("Reshape", ["X", "shape"], ["Y"])], name, [x], [y], [shape])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    (repo / name / "1").mkdir(parents=True)
-    onnx.save(model, repo / name / "1" / "model.onnx")
     spec = {
         "name": name,
         "backend": "onnxruntime",
@@ -120,8 +127,7 @@ def write_failing_model(repo: Path, name: str, *, batching: bool = False) -> Non
     }
     if batching:
         spec["dynamic_batching"] = {"max_queue_delay_microseconds": 20000}
-    config = json_format.ParseDict(spec, model_config_pb2.ModelConfig())
-    (repo / name / "config.pbtxt").write_text(text_format.MessageToString(config))
+    save_model(repo, name, model, spec)
 
 
 STRING_KEYS = ["café", "東京", "", "web"]  # non-ASCII UTF-8, the empty string, plain ASCII
@@ -153,8 +159,6 @@ def write_string_model(repo: Path, name: str, *, code_type: str = "TYPE_INT64") 
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 8
     onnx.checker.check_model(model)
-    (repo / name / "1").mkdir(parents=True)
-    onnx.save(model, repo / name / "1" / "model.onnx")
     spec = {
         "name": name,
         "backend": "onnxruntime",
@@ -167,8 +171,7 @@ def write_string_model(repo: Path, name: str, *, code_type: str = "TYPE_INT64") 
         "instance_group": [{"count": 1}],
         "dynamic_batching": {"max_queue_delay_microseconds": 20000},
     }
-    config = json_format.ParseDict(spec, model_config_pb2.ModelConfig())
-    (repo / name / "config.pbtxt").write_text(text_format.MessageToString(config))
+    save_model(repo, name, model, spec)
 
 
 def expected(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
