@@ -218,8 +218,8 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
     """Everything in the module docstring; returns the ``ensemble`` part of the results."""
     import os
 
-    from builder.config import ServingOptions
     from builder.ensemble_models import transforms
+    from builder.repository.triton_config import ServingOptions
     from builder.runtime.server import TritonServer
     from tests import models
 

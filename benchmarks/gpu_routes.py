@@ -120,8 +120,8 @@ def register(features: int, hidden: int) -> None:
 
 def export(repo: Path, max_batch: int, with_plan: bool) -> tuple[Path, Path | None]:
     """The exported ``model.onnx`` and, with ``with_plan``, the folder of the FP16 plan."""
-    from builder.config import ServingOptions
     from builder.export import ExportRequest, export_model
+    from builder.repository.triton_config import ServingOptions
     from builder.tensorrt.options import PlanOptions
 
     formats = ("onnx", "tensorrt") if with_plan else ("onnx",)
@@ -234,7 +234,7 @@ def run(args: argparse.Namespace, root: Path, say: Callable[[str], None]) -> dic
     """Part (d): settings, and per route either its points or the reason it is not measured."""
     import onnxruntime as ort
 
-    from builder import gpu
+    from builder.tensorrt import gpu
 
     sizes: list[int] = args.gpu_batch_sizes
     gpus = gpu.gpu_names()

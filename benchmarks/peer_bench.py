@@ -264,8 +264,8 @@ def probabilities(url: str, body: str) -> list[float]:
 def export_triton(repo: Path) -> dict[str, str]:
     """The registered numeric model with the builder's default serving options, as a user gets
     it, and with the other queue delays of ``TRITON_DELAYS_US``: config label -> Triton model."""
-    from builder.config import ServingOptions
     from builder.export import ExportRequest, export_model
+    from builder.repository.triton_config import ServingOptions
 
     uri = f"models:/{MODEL}@champion"
     default = ServingOptions().max_queue_delay_us
@@ -375,7 +375,7 @@ def _check(who: str, config: str, got: list[float], expected: list[float]) -> No
 def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """Train and register both models, export, serve both sides, check they agree, then measure
     each with wrk."""
-    from builder.config import ServingOptions
+    from builder.repository.triton_config import ServingOptions
     from builder.runtime.server import TritonServer
     from tests import models
 

@@ -121,8 +121,8 @@ def use_throwaway_registry(root: Path) -> None:
 
 def export_both(repo: Path, args: argparse.Namespace) -> None:
     """The same registered version under two names: only the batching settings differ."""
-    from builder.config import ServingOptions
     from builder.export import ExportRequest, export_model
+    from builder.repository.triton_config import ServingOptions
 
     uri = f"models:/{MODEL}@champion"
     common = {"max_batch_size": args.max_batch_size, "instances": 1}

@@ -1,4 +1,5 @@
-"""Tensor descriptions shared by conversion, parity, config generation and validation.
+"""Tensor descriptions shared by conversion, parity, config generation and validation, and
+the two ONNX-graph helpers every stage uses (``graph_tensors``, ``check_model``).
 
 One vocabulary for dtypes: numpy's names (``float32``), mapped here, and only here, to
 Triton's (``TYPE_FP32``) and ONNX's (``TensorProto.FLOAT``).
@@ -7,9 +8,13 @@ Triton's (``TYPE_FP32``) and ONNX's (``TensorProto.FLOAT``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import onnx
 from onnx import TensorProto
+
+from builder.errors import ConversionError, first_line
 
 # numpy dtype name -> (Triton config DataType name, ONNX element type)
 _DTYPES: dict[str, tuple[str, int]] = {
@@ -86,3 +91,30 @@ class TensorSpec:
 
     def to_dict(self) -> dict[str, object]:
         return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape)}
+
+
+def graph_tensors(values: Any) -> tuple[TensorSpec, ...]:
+    """TensorSpecs of graph inputs or outputs; symbolic or unknown dims become -1."""
+    specs = []
+    for value in values:
+        ttype = value.type.tensor_type
+        try:
+            dtype = dtype_from_onnx(ttype.elem_type)
+        except KeyError:
+            raise ConversionError(
+                f"ONNX tensor {value.name!r} has element type {ttype.elem_type}, which Triton "
+                "configs here do not carry"
+            ) from None
+        shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in ttype.shape.dim)
+        specs.append(TensorSpec(name=value.name, dtype=dtype, shape=shape))
+    return tuple(specs)
+
+
+def check_model(model: onnx.ModelProto, model_ref: str) -> onnx.ModelProto:
+    """Run ONNX's own checker so a malformed graph is refused here, not at Triton load time."""
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        first = first_line(exc)
+        raise ConversionError(f"{model_ref}: the converted ONNX graph is invalid: {first}") from exc
+    return model

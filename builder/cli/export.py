@@ -10,8 +10,8 @@ from rich.table import Table
 
 from builder.cli.common import console, emit_json, print_warnings, run_json_aware
 from builder.cli.main import app
-from builder.config import ServingOptions, VersionPolicy
-from builder.parity import DEFAULT_ATOL, DEFAULT_RTOL
+from builder.parity.compare import DEFAULT_ATOL, DEFAULT_RTOL
+from builder.repository.triton_config import ServingOptions, VersionPolicy
 
 
 @app.command("export")

@@ -19,7 +19,7 @@ def validate(
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout")] = False,
 ) -> None:
     """Check every model in a repository (configs, files, ensemble wiring) without starting Triton."""
-    from builder.validate import validate_repository
+    from builder.repository.validate import validate_repository
 
     def go() -> None:
         entries, problems = validate_repository(repo)

@@ -10,10 +10,10 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from builder.errors import ConversionError, first_line
+from builder.errors import ConversionError
 from builder.kinds import ModelKind
-from builder.signature import ModelInputs
-from builder.tensors import TensorSpec, dtype_from_onnx
+from builder.registry.signature import ModelInputs
+from builder.tensors import TensorSpec
 
 # Opset 17 is what the ONNX Runtime in Triton 24.10 (1.19) runs and every converter here
 # emits; the tree-model converters of onnxmltools stop at 15 (their own limit, see boosting).
@@ -114,23 +114,6 @@ def rename_outputs(model: onnx.ModelProto, names: dict[str, str]) -> onnx.ModelP
     return model
 
 
-def graph_tensors(values: Any) -> tuple[TensorSpec, ...]:
-    """TensorSpecs of graph inputs or outputs; symbolic or unknown dims become -1."""
-    specs = []
-    for value in values:
-        ttype = value.type.tensor_type
-        try:
-            dtype = dtype_from_onnx(ttype.elem_type)
-        except KeyError:
-            raise ConversionError(
-                f"ONNX tensor {value.name!r} has element type {ttype.elem_type}, which Triton "
-                "configs here do not carry"
-            ) from None
-        shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in ttype.shape.dim)
-        specs.append(TensorSpec(name=value.name, dtype=dtype, shape=shape))
-    return tuple(specs)
-
-
 def normalize_outputs(model: onnx.ModelProto, probe: dict[str, np.ndarray]) -> onnx.ModelProto:
     """Declare every output as [batch, ...] and give per-row scalars a trailing axis of 1.
 
@@ -172,13 +155,3 @@ def ensure_default_opset(model: onnx.ModelProto) -> None:
     if not any(o.domain in ("", "ai.onnx") for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("", FALLBACK_OPSET))
         model.ir_version = max(model.ir_version, IR_FOR_FALLBACK_OPSET)
-
-
-def check_model(model: onnx.ModelProto, model_ref: str) -> onnx.ModelProto:
-    """Run ONNX's own checker so a malformed graph is refused here, not at Triton load time."""
-    try:
-        onnx.checker.check_model(model)
-    except onnx.checker.ValidationError as exc:
-        first = first_line(exc)
-        raise ConversionError(f"{model_ref}: the converted ONNX graph is invalid: {first}") from exc
-    return model

@@ -26,7 +26,7 @@ from builder.convert.base import FlavorConverter, float32_tensors, native_frame,
 from builder.convert.sklearn import describe_estimator, native_outputs
 from builder.errors import ConversionError
 from builder.kinds import LABEL, PREDICTION, PROBABILITIES, ModelKind
-from builder.signature import ModelInputs
+from builder.registry.signature import ModelInputs
 
 TREE_OPSET = 15
 # onnxmltools names a regressor's output "variable".

@@ -36,7 +36,7 @@ from builder.convert.base import (
 from builder.convert.boosting import classifier_outputs, refuse_string_columns
 from builder.errors import ConversionError
 from builder.kinds import LABEL, PREDICTION, PROBABILITIES, ModelKind
-from builder.signature import ModelInputs
+from builder.registry.signature import ModelInputs
 
 CLASSIFICATION_LOSSES = ("Logloss", "CrossEntropy", "MultiClass")
 REGRESSION_LOSSES = (

@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 
 from builder.convert.base import FlavorConverter
-from builder.signature import ModelInputs
+from builder.registry.signature import ModelInputs
 
 
 class OnnxConverter(FlavorConverter):

@@ -17,7 +17,7 @@ import onnx
 
 from builder.convert.base import FlavorConverter
 from builder.errors import ConversionError, first_line
-from builder.signature import ModelInputs
+from builder.registry.signature import ModelInputs
 
 MIN_OPSET = 18  # the dynamo exporter's lowest
 

@@ -1,6 +1,6 @@
 """scikit-learn estimators and Pipelines -> ONNX through skl2onnx.
 
-Inputs follow the signature's layout (builder/signature.py): one float matrix, one typed
+Inputs follow the signature's layout (builder/registry/signature.py): one float matrix, one typed
 input per DataFrame column (skl2onnx matches a ColumnTransformer's columns to inputs by
 name), or the numpy array a model was trained on. Classifiers export ``label`` and
 ``probabilities`` as plain tensors (``zipmap: False``: a ZipMap gives a sequence of maps,
@@ -25,7 +25,7 @@ import onnx
 from builder.convert.base import FlavorConverter, float32_tensors, native_frame
 from builder.errors import ConversionError, first_line
 from builder.kinds import ModelKind
-from builder.signature import ModelInputs
+from builder.registry.signature import ModelInputs
 from builder.tensors import TensorSpec
 
 STRING_LOCALE = "C"

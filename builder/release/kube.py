@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any, Protocol
 
+from builder.release.api import GROUP, PLURAL, VERSION
 from builder.release.errors import ReleaseError
-from builder.release.manifest import GROUP, PLURAL, VERSION
 
 MERGE_PATCH = "application/merge-patch+json"
 REQUEST_TIMEOUT_S = 15.0

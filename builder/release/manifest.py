@@ -16,18 +16,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from builder.errors import UsageError
-from builder.release.modes import DEPLOYMENT_MODE, Mode
+from builder.release.api import (
+    API_VERSION,
+    DEPLOYMENT_MODE,
+    KIND,
+    MODEL_ANNOTATION,
+    MODEL_VERSION_ANNOTATION,
+    TAG_ROUTING,
+    canary_name,
+)
+from builder.release.modes import Mode
 
-GROUP = "serving.kserve.io"
-VERSION = "v1beta1"
-PLURAL = "inferenceservices"
-KIND = "InferenceService"
-API_VERSION = f"{GROUP}/{VERSION}"
-
-TAG_ROUTING = "serving.kserve.io/enable-tag-routing"
-# Which model version a revision serves, readable with `kubectl get isvc -o yaml`.
-MODEL_ANNOTATION = "triton-stack/model"
-MODEL_VERSION_ANNOTATION = "triton-stack/model-version"
 PROTOCOLS = ("v2", "grpc-v2")
 
 # KServe derives "<name>-predictor-00001" and longer names from it; they must fit in 63 chars.
@@ -79,8 +78,6 @@ class ServiceSpec:
         if self.gpus < 0:
             raise UsageError(f"--gpus must be 0 or more, got {self.gpus}")
         if self.mode is Mode.STANDARD and self.canary_percent is not None:
-            from builder.release.standard import canary_name
-
             service = f"{self.name}-{canary_name(self.model_version)}-predictor"
             if len(service) > 63:
                 raise UsageError(

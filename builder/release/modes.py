@@ -25,9 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import UsageError
+from builder.release.api import DEPLOYMENT_MODE
 from builder.release.errors import ManifestError
-
-DEPLOYMENT_MODE = "serving.kserve.io/deploymentMode"
 
 
 class Mode(enum.StrEnum):

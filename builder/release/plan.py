@@ -16,15 +16,18 @@ from typing import Any
 
 from builder.release import modes, schema
 from builder.release import standard as standard_rollout
-from builder.release.errors import ManifestError
-from builder.release.kube import MERGE_PATCH
-from builder.release.manifest import (
+from builder.release.api import (
     API_VERSION,
+    DEPLOYMENT_MODE,
     GROUP,
     KIND,
     MODEL_VERSION_ANNOTATION,
     PLURAL,
     VERSION,
+)
+from builder.release.errors import ManifestError
+from builder.release.kube import MERGE_PATCH
+from builder.release.manifest import (
     ServiceSpec,
     merge_patch,
     promote_patch,
@@ -32,7 +35,7 @@ from builder.release.manifest import (
     render,
     rollback_patch,
 )
-from builder.release.modes import DEPLOYMENT_MODE, Mode
+from builder.release.modes import Mode
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
+from builder.release.api import API_VERSION
 from builder.release.errors import ManifestError
-from builder.release.manifest import API_VERSION
 
 CRD_FILE = "serving.kserve.io_inferenceservices.yaml"
 _CHECKOUT_SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kserve"

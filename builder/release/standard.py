@@ -17,22 +17,12 @@ Service ``<isvc>-<name>-predictor``, and that name is how promote and rollback f
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any
 
 from builder.errors import UsageError
+from builder.release.api import MODEL_VERSION_ANNOTATION, canary_name
 from builder.release.errors import ReleaseError
-from builder.release.manifest import (
-    MODEL_VERSION_ANNOTATION,
-    ServiceSpec,
-    model_block,
-    release_annotations,
-)
-
-
-def canary_name(version: str) -> str:
-    """The canary predictor's name for a model version: ``v`` + the version as a DNS label."""
-    return "v" + re.sub(r"[^a-z0-9]+", "-", version.lower()).strip("-")
+from builder.release.manifest import ServiceSpec, model_block, release_annotations
 
 
 def canaries(obj: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 from google.protobuf import json_format
 
 # The ONNX config's own helpers: the plan's tensors and batcher are declared the same way.
-from builder.config import ModelConfig, ServingOptions, _batching, _io, warmup
+from builder.repository.triton_config import ModelConfig, ServingOptions, _batching, _io, warmup
 from builder.tensorrt.profiles import BatchProfile, aligned_preferred_sizes
 from builder.tensors import TensorSpec
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from builder.errors import ParityError
-from builder.parity import ParityReport, compare
+from builder.parity.compare import ParityReport, compare
 from builder.tensorrt.options import PlanOptions
 
 

@@ -20,12 +20,11 @@ from typing import Any
 import numpy as np
 import onnx
 
-from builder import gpu
-from builder.config import ServingOptions
-from builder.convert.base import graph_tensors
 from builder.errors import ConversionError
-from builder.parity import ParityReport, run_onnx
-from builder.repository import ModelArtifact
+from builder.parity.compare import ParityReport, run_onnx
+from builder.repository.triton_config import ServingOptions
+from builder.repository.write import ModelArtifact
+from builder.tensorrt import gpu
 from builder.tensorrt.build import PlanBuild, build_plan, default_timing_cache
 from builder.tensorrt.calibration import CalibrationSet, calibration_set
 from builder.tensorrt.config import plan_filename, plan_model_config
@@ -33,7 +32,7 @@ from builder.tensorrt.options import TRITON_TENSORRT, PlanOptions
 from builder.tensorrt.parity import plan_parity, require_plan_pass
 from builder.tensorrt.profiles import BatchProfile, input_shapes
 from builder.tensorrt.script import ONNX_NAME, ScriptSpec
-from builder.tensors import TensorSpec
+from builder.tensors import TensorSpec, graph_tensors
 
 # builder.export's step runner: (title, work, one-line detail of the result) -> result
 StepRunner = Callable[[str, Callable[[], Any], Callable[[Any], str]], Any]

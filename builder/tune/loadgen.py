@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from builder.config import ModelConfig
+from builder.repository.triton_config import ModelConfig
 from builder.tune.search import Measurement
 
 _REQUEST_TIMEOUT_S = 10.0  # every outbound call has a timeout; a stuck server fails the run

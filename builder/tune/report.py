@@ -12,10 +12,10 @@ from typing import Any
 from rich import box
 from rich.table import Table
 
-from builder.config import ModelConfig, parse_pbtxt, to_pbtxt
+from builder.repository.triton_config import ModelConfig, parse_pbtxt, to_pbtxt
 
 # The repository's own atomic writer: one implementation of "replace a file safely".
-from builder.repository import METADATA_FILE, atomic_write, model_versions, read_metadata
+from builder.repository.write import METADATA_FILE, atomic_write, model_versions, read_metadata
 from builder.tune.search import CandidateResult
 from builder.tune.space import Knobs, apply
 

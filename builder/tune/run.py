@@ -9,8 +9,8 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from builder.config import ModelConfig, parse_pbtxt
 from builder.errors import RepositoryError, TuneError, UsageError
+from builder.repository.triton_config import ModelConfig, parse_pbtxt
 from builder.tune import report
 from builder.tune.search import CandidateResult, QuickSearch, pick_winner
 from builder.tune.session import REPORT_FOLDER

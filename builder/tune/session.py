@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from types import TracebackType
 
-from builder.config import ModelConfig, to_pbtxt
+from builder.repository.triton_config import ModelConfig, to_pbtxt
 from builder.runtime.server import TritonServer
 from builder.tune.loadgen import RequestInput, measure
 from builder.tune.search import CandidateResult, failed, scored

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from builder.config import ModelConfig
+from builder.repository.triton_config import ModelConfig
 
 # Upper bounds keep a search on a laptop from proposing what only a large GPU node could use.
 MAX_BATCH_CAP = 1024

@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 import requests
 
-from builder.config import ServingOptions
 from builder.export import ExportRequest, export_model
+from builder.repository.triton_config import ServingOptions
 from tests import servers
 from tests.gateway.conftest import MODEL, Stack
 from tests.gateway.test_gateway import expected_scores, online_complete

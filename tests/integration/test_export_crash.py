@@ -98,7 +98,7 @@ def test_killed_ensemble_export(mlflow_registry: str, tmp_path: Path, start_trit
 CHILD = """
 import os, sys, time
 from pathlib import Path
-from builder import repository
+from builder.repository import write as repository
 from tests.unit.test_repository_crash import export_artifacts
 
 repo, phase, kill_at = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
@@ -145,7 +145,7 @@ def test_polling_triton_serves_each_model_whole_through_an_interrupted_write(
     its old config. Every answer comes from the version its config was written with."""
     import tritonclient.grpc as grpcclient
 
-    from builder.repository import write_models
+    from builder.repository.write import write_models
     from tests.unit.test_repository_crash import export_artifacts
 
     repo, phase = tmp_path / "model_repo", tmp_path / "phase"

@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from builder import gpu
-from builder.config import parse_pbtxt
 from builder.export import ExportRequest, export_model
+from builder.repository.triton_config import parse_pbtxt
+from builder.repository.validate import validate_repository
+from builder.tensorrt import gpu
 from builder.tensorrt.options import TOLERANCES, PlanOptions
-from builder.validate import validate_repository
 from tests import models
 
 pytestmark = [

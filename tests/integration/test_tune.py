@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.config import parse_pbtxt
 from builder.export import ExportRequest, export_model
+from builder.repository.triton_config import parse_pbtxt
 from builder.tune.space import Knobs, knobs_of
 from tests import models
 

@@ -34,7 +34,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from builder.release.manifest import GROUP, PLURAL, VERSION, merge_patch
+from builder.release.api import GROUP, PLURAL, VERSION
+from builder.release.manifest import merge_patch
 from tests.helm.chart_support import crd_errors
 
 DOMAIN = "serving.example.com"

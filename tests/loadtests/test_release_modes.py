@@ -21,10 +21,11 @@ from typer.testing import CliRunner
 
 from builder.errors import UsageError
 from builder.release import rollout
+from builder.release.api import DEPLOYMENT_MODE, TAG_ROUTING
 from builder.release.errors import ManifestError, ReleaseError
 from builder.release.kube import InferenceServices
-from builder.release.manifest import TAG_ROUTING, ServiceSpec, merge_patch, render
-from builder.release.modes import DEPLOYMENT_MODE, Mode, mode_of
+from builder.release.manifest import ServiceSpec, merge_patch, render
+from builder.release.modes import Mode, mode_of
 from builder.release.schema import find_crd, read_crd
 from tests.helm.chart_support import crd_errors
 from tests.loadtests.fake_kube import FakeKServe

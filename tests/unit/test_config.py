@@ -3,7 +3,8 @@
 import pytest
 from google.protobuf import json_format
 
-from builder.config import (
+from builder.errors import UsageError
+from builder.repository.triton_config import (
     EnsembleStep,
     ServingOptions,
     VersionPolicy,
@@ -12,7 +13,6 @@ from builder.config import (
     parse_pbtxt,
     to_pbtxt,
 )
-from builder.errors import UsageError
 from builder.tensors import TensorSpec
 
 X = TensorSpec("input", "float32", (-1, 5))

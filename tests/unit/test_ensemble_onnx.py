@@ -11,12 +11,15 @@ import onnx
 import onnxruntime as ort
 import pytest
 
-from builder.config import ServingOptions
-from builder.convert.base import graph_tensors, normalize_outputs
-from builder.ensemble import EnsembleSpec, FusedModel, ensemble_artifacts, fused_artifact
+from builder.convert.base import normalize_outputs
+from builder.ensemble.fused import FusedModel, fused_artifact
+from builder.ensemble.graphs import fused_graph, postprocess_graph, preprocess_graph
+from builder.ensemble.spec import EnsembleSpec
+from builder.ensemble.steps_mode import ensemble_artifacts
 from builder.ensemble_models import transforms
-from builder.ensemble_onnx import fused_graph, postprocess_graph, preprocess_graph
 from builder.errors import UsageError
+from builder.repository.triton_config import ServingOptions
+from builder.tensors import graph_tensors
 
 WIDTH = 4
 

@@ -13,19 +13,15 @@ import onnxruntime as ort
 import pandas as pd
 import pytest
 
-from builder.config import ServingOptions
-from builder.convert.base import graph_tensors, normalize_outputs
-from builder.ensemble import (
-    EnsembleSpec,
-    FusedModel,
-    ensemble_artifacts,
-    fused_artifact,
-    takes_typed_inputs,
-)
-from builder.ensemble_onnx import label_graph, typed_fused_graph
+from builder.convert.base import normalize_outputs
+from builder.ensemble.fused import FusedModel, fused_artifact
+from builder.ensemble.graphs import label_graph, typed_fused_graph
+from builder.ensemble.spec import EnsembleSpec, takes_typed_inputs
+from builder.ensemble.steps_mode import ensemble_artifacts
 from builder.errors import UsageError
 from builder.kinds import ModelKind
-from builder.tensors import TensorSpec
+from builder.repository.triton_config import ServingOptions
+from builder.tensors import TensorSpec, graph_tensors
 
 
 def run(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -18,9 +18,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from builder.errors import UsageError
+from builder.export.drift_reference import Drift, compute_reference, prediction_stats
 from builder.kinds import ModelKind
-from builder.reference import Drift, compute_reference, prediction_stats
-from builder.signature import Column, ModelInputs
+from builder.registry.signature import Column, ModelInputs
 from builder.tensors import TensorSpec
 from tests import models, typed_models
 
@@ -249,7 +249,7 @@ def test_prediction_bins_by_model_kind() -> None:
 
 
 def config_parameters(model_dir: Path) -> dict[str, str]:
-    from builder.config import parse_pbtxt
+    from builder.repository.triton_config import parse_pbtxt
 
     config = parse_pbtxt((model_dir / "config.pbtxt").read_text())
     return {k: v.string_value for k, v in config.parameters.items()}
@@ -373,8 +373,8 @@ def test_a_bad_reference_file_is_refused_with_one_line(
 def test_an_ensemble_carries_the_reference_only_where_its_preprocess_changes_nothing(
     no_reference_model: str, tmp_path: Path
 ) -> None:
-    from builder.artifacts import ensemble_drift
     from builder.export import ExportRequest, export_model
+    from builder.export.describe import ensemble_drift
 
     rows = tmp_path / "rows.parquet"
     models.dataset(300, seed=5)[0].to_parquet(rows)

@@ -3,7 +3,7 @@ model, the old version whole or the new one whole; the next export completes it.
 
 Every layout the builder writes (the bare model, the fused ``NAME_ensemble``, the steps
 ensemble and its step models, the run's own Python steps) under every version policy: the
-write is first run once to list its steps (the ``_fault`` hook of builder/repository.py is
+write is first run once to list its steps (the ``_fault`` hook of builder/repository/write.py is
 called at each: temp file written, file replaced, folder renamed), then, for each step k, run
 in a forked child that exits at step k (``os._exit``: no cleanup runs, as under SIGKILL). What
 Triton would load from the repository left behind is worked out by a pure function, as Triton
@@ -21,11 +21,13 @@ from pathlib import Path
 
 import pytest
 
-from builder import repository
-from builder.config import ServingOptions, VersionPolicy, onnx_model_config, parse_pbtxt
-from builder.convert.base import graph_tensors
-from builder.ensemble import EnsembleSpec, FusedModel, ensemble_artifacts, fused_artifact
-from builder.repository import (
+from builder.ensemble.fused import FusedModel, fused_artifact
+from builder.ensemble.spec import EnsembleSpec
+from builder.ensemble.steps_mode import ensemble_artifacts
+from builder.repository import write as repository
+from builder.repository.triton_config import ServingOptions, VersionPolicy, onnx_model_config, parse_pbtxt
+from builder.repository.validate import validate_repository
+from builder.repository.write import (
     ModelArtifact,
     config_identity,
     loaded_versions,
@@ -33,7 +35,7 @@ from builder.repository import (
     read_metadata,
     write_models,
 )
-from builder.validate import validate_repository
+from builder.tensors import graph_tensors
 from tests.unit.test_repository_validate import tiny_classifier
 from tests.unit.test_user_steps import CAP, CLIP, step
 

@@ -11,12 +11,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from builder.config import ServingOptions, onnx_model_config, parse_pbtxt, to_pbtxt
-from builder.convert.base import graph_tensors, normalize_outputs
-from builder.ensemble import EnsembleSpec, ensemble_artifacts
+from builder.convert.base import normalize_outputs
+from builder.ensemble.spec import EnsembleSpec
+from builder.ensemble.steps_mode import ensemble_artifacts
 from builder.errors import RepositoryError
-from builder.repository import ModelArtifact, read_metadata, write_models
-from builder.validate import validate_repository
+from builder.repository.triton_config import ServingOptions, onnx_model_config, parse_pbtxt, to_pbtxt
+from builder.repository.validate import validate_repository
+from builder.repository.write import ModelArtifact, read_metadata, write_models
+from builder.tensors import graph_tensors
 
 
 def tiny_classifier() -> onnx.ModelProto:
@@ -105,7 +107,7 @@ def test_different_content_under_same_version_is_refused_unless_forced(repo_dir)
 def test_failure_midway_leaves_repository_unchanged(repo_dir, monkeypatch):
     write_models(repo_dir, 1, artifacts())
     before = tree_snapshot(repo_dir)
-    import builder.repository as repository
+    import builder.repository.write as repository
 
     calls = {"n": 0}
     real_stage = repository._stage

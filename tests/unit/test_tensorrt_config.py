@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from builder.config import ServingOptions, parse_pbtxt, to_pbtxt
-from builder.repository import ModelArtifact, write_models
+from builder.repository.triton_config import ServingOptions, parse_pbtxt, to_pbtxt
+from builder.repository.validate import validate_repository
+from builder.repository.write import ModelArtifact, write_models
 from builder.tensorrt.config import plan_filename, plan_model_config
 from builder.tensorrt.profiles import BatchProfile, batch_profile
 from builder.tensors import TensorSpec
-from builder.validate import validate_repository
 
 X = TensorSpec("input", "float32", (-1, 5))
 LABEL = TensorSpec("label", "int64", (-1, 1))

@@ -19,18 +19,18 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from builder import gpu
-from builder.config import ServingOptions, parse_pbtxt
 from builder.errors import ConversionError, GpuUnavailableError, ParityError, RepositoryError, UsageError
 from builder.export import ExportRequest, export_model
+from builder.repository.triton_config import ServingOptions, parse_pbtxt
+from builder.repository.validate import validate_repository
 from builder.tensorrt import build as trt_build
+from builder.tensorrt import gpu
 from builder.tensorrt.build import build_plan
 from builder.tensorrt.options import PlanOptions
 from builder.tensorrt.plan import check_engine_input
 from builder.tensorrt.profiles import BatchProfile, input_shapes
 from builder.tensorrt.script import ScriptSpec
 from builder.tensors import TensorSpec
-from builder.validate import validate_repository
 
 # The stand-in engine script: same flags as build_engine.py; MODE picks a behaviour to test.
 STAND_IN = r"""

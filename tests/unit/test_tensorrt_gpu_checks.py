@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from builder import gpu
 from builder.errors import GpuUnavailableError
+from builder.tensorrt import gpu
 
 # Answers like nvidia-smi 5xx on a two-GPU machine; a name may hold a comma.
 FAKE_SMI = """#!/bin/sh

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from google.protobuf import json_format
 
-from builder.config import ModelConfig, parse_pbtxt, to_pbtxt
 from builder.errors import RepositoryError, UsageError
+from builder.repository.triton_config import ModelConfig, parse_pbtxt, to_pbtxt
 from builder.tune.report import record_in_metadata, rewrite_config, write_plot
 from builder.tune.run import TuneRequest, load_config, parse_concurrency
 from builder.tune.search import CandidateResult, Measurement, QuickSearch, failed, pick_winner, plan, scored

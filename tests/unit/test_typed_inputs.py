@@ -9,11 +9,11 @@ from mlflow.models import infer_signature
 from mlflow.models.signature import ModelSignature
 from mlflow.types.schema import Schema, TensorSpec
 
-from builder.artifacts import warmup_bytes
 from builder.errors import ConversionError
-from builder.feeds import UNSEEN, build_feeds, example_tensors
-from builder.parity import compare
-from builder.signature import inputs_from_signature
+from builder.export.describe import warmup_bytes
+from builder.parity.compare import compare
+from builder.parity.rows import UNSEEN, build_feeds, example_tensors
+from builder.registry.signature import inputs_from_signature
 from builder.tensors import TensorSpec as Spec
 
 FRAME = pd.DataFrame(

@@ -1,8 +1,8 @@
 import pytest
 
 from builder.errors import UsageError
-from builder.names import validate_model_name
-from builder.uri import parse_model_uri
+from builder.registry.uri import parse_model_uri
+from builder.repository.names import validate_model_name
 
 
 def test_alias_uri():

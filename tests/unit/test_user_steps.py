@@ -12,15 +12,21 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from builder.config import ServingOptions, onnx_model_config, parse_pbtxt, step_serving_options, to_pbtxt
-from builder.convert.base import graph_tensors
-from builder.ensemble import EnsembleSpec, ensemble_artifacts
+from builder.ensemble.spec import EnsembleSpec
+from builder.ensemble.steps_mode import ensemble_artifacts
+from builder.ensemble.user_step_models import StepModel
+from builder.ensemble.user_steps import UserStep, parse_step, read_step_dirs
 from builder.errors import UsageError
-from builder.repository import ModelArtifact, write_models
-from builder.tensors import TensorSpec
-from builder.user_step_models import StepModel
-from builder.user_steps import UserStep, parse_step, read_step_dirs
-from builder.validate import validate_repository
+from builder.repository.triton_config import (
+    ServingOptions,
+    onnx_model_config,
+    parse_pbtxt,
+    step_serving_options,
+    to_pbtxt,
+)
+from builder.repository.validate import validate_repository
+from builder.repository.write import ModelArtifact, write_models
+from builder.tensors import TensorSpec, graph_tensors
 from tests.unit.test_repository_validate import tiny_classifier
 
 CODE = b"""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import RegistryError
-from builder.uri import ModelURI
+from builder.registry.uri import ModelURI
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 

@@ -17,19 +17,17 @@ import numpy as np
 import onnx
 
 from builder import __version__
-from builder.config import onnx_model_config
-from builder.convert.base import graph_tensors
 from builder.errors import UsageError
+from builder.export.drift_reference import Drift
 from builder.kinds import ModelKind
-from builder.reference import Drift
-from builder.registry import RegistryModel, tracking_uri
-from builder.repository import ModelArtifact
-from builder.signature import ModelInputs
-from builder.tensors import TensorSpec
+from builder.registry.client import RegistryModel, tracking_uri
+from builder.registry.signature import ModelInputs
+from builder.repository.triton_config import onnx_model_config
+from builder.repository.write import ModelArtifact
+from builder.tensors import TensorSpec, graph_tensors
 
 if TYPE_CHECKING:
-    from builder.export import ExportRequest
-    from builder.steps import ExportContext
+    from builder.export.context import ExportContext, ExportRequest
 
 # ONNX operators that need a UTF-8 locale in the serving container (onnxruntime's
 # StringNormalizer builds one from its `locale` attribute).
@@ -147,7 +145,7 @@ def ensemble_drift(drift: Drift, preprocess: dict[str, Any], user_steps: bool = 
 
 def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
     """The exported model's artifact, plus the ensemble's when asked."""
-    from builder.feeds import example_digest
+    from builder.parity.rows import example_digest
 
     request, model, inputs, graph = ctx.request, ctx.registry_model, ctx.served, ctx.graph
     outputs = graph_tensors(graph.graph.output)
@@ -212,14 +210,9 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
         )
     ]
     if request.ensemble:
-        from builder.ensemble import (
-            FusedModel,
-            ensemble_artifacts,
-            fused_artifact,
-            load_spec,
-            takes_typed_inputs,
-            typed_spec,
-        )
+        from builder.ensemble.fused import FusedModel, fused_artifact
+        from builder.ensemble.spec import load_spec, takes_typed_inputs, typed_spec
+        from builder.ensemble.steps_mode import ensemble_artifacts
 
         # The run's own steps make the generated ones optional (a run may log only its own); a
         # typed model's post-only steps need no spec (its classes are the model's).

@@ -11,100 +11,30 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import onnx
-
-from builder.artifacts import model_artifacts, opset_of
 from builder.convert import converter_for
-from builder.convert.base import FlavorConverter, check_model, graph_tensors, normalize_outputs
+from builder.convert.base import normalize_outputs
+from builder.ensemble.user_step_models import StepModel, step_model_name, step_options
+from builder.ensemble.user_steps import UserStep, load_run_steps
 from builder.errors import BuilderError, ConversionError, ParityError, UsageError, first_line
-from builder.feeds import Feeds, build_feeds, example_digest, example_tensors
+from builder.export.context import ExportContext, _set
+from builder.export.describe import model_artifacts, opset_of
+from builder.export.drift_reference import Drift, Source, drift_for
 from builder.kinds import ModelKind
-from builder.names import validate_model_name
-from builder.parity import ParityReport, compare, require_pass, run_onnx
-from builder.reference import Drift, Source, drift_for
-from builder.registry import RegistryModel, fetch_model, tracking_uri
-from builder.repository import ModelArtifact, WriteResult, write_models
-from builder.signature import ModelInputs, inputs_from_signature
-from builder.uri import ModelURI
-from builder.user_step_models import StepModel, step_model_name, step_options
-from builder.user_steps import UserStep, load_run_steps
+from builder.parity.compare import compare, require_pass, run_onnx
+from builder.parity.rows import build_feeds, example_digest, example_tensors
+from builder.registry.client import RegistryModel, fetch_model, tracking_uri
+from builder.registry.signature import ModelInputs, inputs_from_signature
+from builder.registry.uri import ModelURI
+from builder.repository.names import validate_model_name
+from builder.repository.write import write_models
+from builder.tensors import check_model, graph_tensors
 
 if TYPE_CHECKING:
-    from builder.export import ExportRequest
-    from builder.tensorrt.plan import Preflight
+    pass
 
 Timed = Callable[[str, Callable[[], Any], Callable[[Any], str]], Any]
-
-
-@dataclass
-class ExportContext:
-    request: ExportRequest
-    uri: ModelURI
-    name: str
-    workdir: Path
-    preflight: Preflight | None = None
-    # filled in by the steps, in this order
-    model: RegistryModel | None = None
-    converter: FlavorConverter | None = None
-    inputs: ModelInputs | None = None
-    native: Any = None
-    kind: ModelKind | None = None
-    example: dict[str, np.ndarray] | None = None
-    feeds: Feeds | None = None
-    onnx_model: onnx.ModelProto | None = None
-    parity: ParityReport | None = None
-    drift: Drift | None = None
-    user_steps: list[UserStep] = field(default_factory=list)  # the run's serving/steps/
-    step_exports: dict[str, ExportContext] = field(default_factory=dict)  # registered-model steps
-    step_models: dict[str, StepModel] = field(default_factory=dict)  # ... exported, by step name
-    artifacts: list[ModelArtifact] = field(default_factory=list)
-    plan_parity: ParityReport | None = None
-    written: list[WriteResult] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # printed as `warning:` lines; the export goes on
-
-    # Typed views of what an earlier step must have set (a step run out of order is a bug).
-    @property
-    def registry_model(self) -> RegistryModel:
-        return _set(self.model, "model")
-
-    @property
-    def served(self) -> ModelInputs:
-        return _set(self.inputs, "inputs")
-
-    @property
-    def flavor(self) -> FlavorConverter:
-        return _set(self.converter, "converter")
-
-    @property
-    def parity_feeds(self) -> Feeds:
-        return _set(self.feeds, "feeds")
-
-    @property
-    def graph(self) -> onnx.ModelProto:
-        return _set(self.onnx_model, "onnx_model")
-
-    @property
-    def parity_report(self) -> ParityReport:
-        return _set(self.parity, "parity")
-
-    @property
-    def model_kind(self) -> ModelKind:
-        return _set(self.kind, "kind")
-
-    @property
-    def version(self) -> int:
-        return self.registry_model.version or 1
-
-
-def _set(value: Any, what: str) -> Any:
-    if value is None:
-        raise RuntimeError(f"export step ran before {what} was set")
-    return value
 
 
 class Step:
@@ -184,7 +114,7 @@ class StepModels(Step):
     first, before any conversion work (a step naming no model is refused at once); the rest
     after the model's parity. Nothing is written here: the artifacts join the export's one
     write, at the export's version like every step, so that the ensemble config stays the one
-    commit point (builder/repository.py)."""
+    commit point (builder/repository/write.py)."""
 
     def __init__(self, parts: tuple[type[Step], ...]) -> None:
         self.parts = parts

@@ -49,9 +49,9 @@ from typing import Any
 
 from google.protobuf import text_format
 
-from builder.config import ModelConfig, parse_pbtxt, to_pbtxt
 from builder.errors import RepositoryError
-from builder.names import validate_model_name
+from builder.repository.names import validate_model_name
+from builder.repository.triton_config import ModelConfig, parse_pbtxt, to_pbtxt
 
 METADATA_FILE = "metadata.json"
 STAGING_PREFIX = ".staging-"

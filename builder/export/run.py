@@ -1,7 +1,7 @@
 """``builder export``: registry model -> ONNX -> parity -> Triton model repository.
 
 The export is one context (``ExportContext``), built up by a short list of small steps
-(builder/steps.py), each reporting a status line: resolve the registry model, load it and say
+(builder/export/steps.py), each reporting a status line: resolve the registry model, load it and say
 what it is, build the parity rows, convert, check parity, compute the drift reference,
 describe the artifacts, (build a plan), write. Nothing touches the repository until every
 step before the write has passed, so any refusal leaves it unchanged.
@@ -16,90 +16,18 @@ import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from builder.config import ServingOptions
-from builder.convert import DEFAULT_OPSET
 from builder.errors import UsageError
-from builder.names import validate_model_name
-from builder.parity import DEFAULT_ATOL, DEFAULT_RTOL, ParityReport
-from builder.repository import WriteResult
-from builder.tensorrt.options import PlanOptions
-from builder.uri import parse_model_uri
-
-FORMATS = ("onnx", "tensorrt")
-
-
-@dataclass(frozen=True)
-class ExportRequest:
-    """Everything ``builder export`` was asked, validated once by the CLI."""
-
-    model_uri: str
-    repo: Path
-    name: str | None = None
-    serving: ServingOptions = field(default_factory=ServingOptions)
-    atol: float = DEFAULT_ATOL
-    rtol: float = DEFAULT_RTOL
-    parity_rows: int = 64
-    opset: int = DEFAULT_OPSET
-    ensemble: bool = False
-    ensemble_spec: Path | None = None
-    ensemble_mode: str = "steps"  # steps: NAME_pre/postprocess + a Triton ensemble; fused: one graph
-    reference: Path | None = None  # drift reference rows (Parquet); None: the run's serving/reference.parquet
-    force: bool = False
-    formats: tuple[str, ...] = ("onnx",)
-    tensorrt: PlanOptions = field(default_factory=PlanOptions)  # used with "tensorrt" in formats
-
-
-@dataclass(frozen=True)
-class StepStatus:
-    name: str
-    detail: str
-    seconds: float
-
-
-@dataclass
-class ExportResult:
-    name: str
-    version: int
-    parity: ParityReport
-    written: list[WriteResult]
-    steps: list[StepStatus]
-    plan_parity: ParityReport | None = None  # TensorRT engine vs ONNX Runtime, with a plan
-    warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "model": self.name,
-            "version": self.version,
-            "parity": self.parity.to_dict(),
-            **({"tensorrt_parity": self.plan_parity.to_dict()} if self.plan_parity else {}),
-            "models": [
-                {
-                    "name": w.name,
-                    "version": w.version,
-                    "status": w.status,
-                    "path": str(w.path),
-                    "files": list(w.files),
-                }
-                for w in self.written
-            ],
-            "warnings": list(self.warnings),
-            "steps": [
-                {"step": s.name, "detail": s.detail, "seconds": round(s.seconds, 3)} for s in self.steps
-            ],
-        }
-
-
-Progress = Callable[[str], Any]
+from builder.export.context import FORMATS, ExportContext, ExportRequest, ExportResult, Progress, StepStatus
+from builder.export.steps import pipeline
+from builder.registry.uri import parse_model_uri
+from builder.repository.names import validate_model_name
 
 
 def export_model(request: ExportRequest, progress: Progress = lambda _: None) -> ExportResult:
     """Run the export; raises a BuilderError subclass on any refusal, with nothing written."""
-    from builder import steps
-
     uri = parse_model_uri(request.model_uri)
     if request.name is None and not uri.is_registry:
         raise UsageError(f"{uri.raw} has no registry name", hint="pass --name for runs:/ URIs")
@@ -122,9 +50,9 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
 
         preflight = plan_preflight(request.tensorrt, request.serving)
     with export_workdir() as tmp:
-        ctx = steps.ExportContext(request=request, uri=uri, name=name, workdir=tmp, preflight=preflight)
+        ctx = ExportContext(request=request, uri=uri, name=name, workdir=tmp, preflight=preflight)
         timer = _Timer(progress)
-        for step in steps.pipeline(ctx):
+        for step in pipeline(ctx):
             title = step.title(ctx)
             if title is None:  # a step that times its own parts (the TensorRT plan)
                 step.run(ctx, timer.run)

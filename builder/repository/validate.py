@@ -11,15 +11,15 @@ loads only where the container is set up for it) are listed too, without failing
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
 from google.protobuf import text_format
 
-from builder.config import ModelConfig, parse_pbtxt
-from builder.convert.base import graph_tensors
-from builder.repository import (
+from builder.repository.triton_config import ModelConfig, parse_pbtxt
+from builder.repository.write import (
     EXPORT_PARAMETER,
     STAGING_PREFIX,
     config_identity,
@@ -28,8 +28,7 @@ from builder.repository import (
     loaded_versions,
     read_metadata,
 )
-from builder.tensors import dtype_from_triton
-from builder.user_steps import python_model_problem
+from builder.tensors import dtype_from_triton, graph_tensors
 
 _BACKEND_FILES = {"onnxruntime": "model.onnx", "python": "model.py"}
 
@@ -335,3 +334,14 @@ def _agree(where: str, what: str, produced: Tensor | None, consumed: Tensor, pro
         problems.append(f"{where}: {what}: dtype {produced.dtype} meets {consumed.dtype}")
     elif not _dims_agree(produced.dims, consumed.dims):
         problems.append(f"{where}: {what}: dims {list(produced.dims)} meet {list(consumed.dims)}")
+
+
+def python_model_problem(code: bytes) -> str | None:
+    """The reason ``code`` is no Triton Python-backend model, or None (shared with validate)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError) as exc:
+        return f"does not parse: line {getattr(exc, 'lineno', '?')}: {getattr(exc, 'msg', exc)}"
+    if not any(isinstance(n, ast.ClassDef) and n.name == "TritonPythonModel" for n in tree.body):
+        return "defines no class TritonPythonModel (what the Python backend loads)"
+    return None

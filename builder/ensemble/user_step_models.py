@@ -1,4 +1,4 @@
-"""A user step (``builder/user_steps.py``) as a model of the repository and a node of the
+"""A user step (``builder/ensemble/user_steps.py``) as a model of the repository and a node of the
 ensemble: a Python-backend model written from the run's files, or a registered model the
 builder exported itself."""
 
@@ -8,13 +8,13 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from builder.config import ServingOptions, python_model_config, step_serving_options
+from builder.ensemble.user_steps import StepPort, UserStep
+from builder.ensemble.wiring import Node, Port, describe, dims_agree
 from builder.errors import UsageError
-from builder.names import validate_model_name
-from builder.repository import ModelArtifact
+from builder.repository.names import validate_model_name
+from builder.repository.triton_config import ServingOptions, python_model_config, step_serving_options
+from builder.repository.write import ModelArtifact
 from builder.tensors import TensorSpec, dtype_from_triton
-from builder.user_steps import StepPort, UserStep
-from builder.wiring import Node, Port, describe, dims_agree
 
 _HINT = "fix the step's step.json (docs/user-steps.md): a registered-model step names its model's tensors"
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from builder.signature import ModelInputs
+from builder.registry.signature import ModelInputs
 from builder.tensors import TensorSpec, numpy_dtype
 
 UNSEEN = "__never_seen_in_training__"

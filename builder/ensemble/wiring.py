@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from builder.config import EnsembleStep
 from builder.errors import UsageError
+from builder.repository.triton_config import EnsembleStep
 from builder.tensors import TensorSpec, triton_dtype
 
 _HINT = "fix the step's step.json (docs/user-steps.md) or the tensor it maps"

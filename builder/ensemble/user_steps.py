@@ -11,12 +11,11 @@ Each folder is one step of the run's ensemble (docs/user-steps.md has the full f
   folder's other files into the step's version folder; or, instead of code,
   ``"model": "models:/NAME@ALIAS"``, another registered model the builder exports itself.
 
-This module reads and checks the format; ``builder/wiring.py`` checks the tensor mapping.
+This module reads and checks the format; ``builder/ensemble/wiring.py`` checks the tensor mapping.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 from dataclasses import dataclass, field
@@ -24,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import UsageError
+from builder.registry.uri import ModelURI, parse_model_uri
+from builder.repository.validate import python_model_problem
 from builder.tensors import dtype_from_triton
-from builder.uri import ModelURI, parse_model_uri
 
 RUN_STEPS = "serving/steps"
 STEP_FILE = "step.json"
@@ -207,17 +207,6 @@ def check_python_model(code: bytes, where: str) -> None:
     problem = python_model_problem(code)
     if problem is not None:
         raise UsageError(f"user step {where}: {problem}", hint=_HINT)
-
-
-def python_model_problem(code: bytes) -> str | None:
-    """The reason ``code`` is no Triton Python-backend model, or None (shared with validate)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError) as exc:
-        return f"does not parse: line {getattr(exc, 'lineno', '?')}: {getattr(exc, 'msg', exc)}"
-    if not any(isinstance(n, ast.ClassDef) and n.name == "TritonPythonModel" for n in tree.body):
-        return "defines no class TritonPythonModel (what the Python backend loads)"
-    return None
 
 
 def read_step_dirs(root: Path, source: str) -> list[UserStep]:
