@@ -54,6 +54,32 @@ CHANNELS: dict[str, tuple[float, float]] = {"web": (0.45, 0.4), "app": (0.35, 0.
 
 
 @dataclass(frozen=True)
+class DatasetSpec:
+    """What `generate` draws: the same spec (seed and end included) gives the same files."""
+
+    seed: int = 7
+    n_users: int = 500
+    n_merchants: int = 100
+    days: int = 30
+    n_transactions: int = 5000
+    end: datetime | None = None  # the last snapshot; None: now, floored to the hour
+    correction_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.end is not None and self.end.tzinfo is None:
+            raise ValueError("end must be timezone-aware (UTC)")
+
+    def resolved_end(self) -> datetime:
+        """``end`` in UTC, or now floored to the hour when not given."""
+        if self.end is None:
+            return datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        return self.end.astimezone(UTC)
+
+
+DEFAULT_SPEC = DatasetSpec()
+
+
+@dataclass(frozen=True)
 class GeneratedFiles:
     """Where `generate` wrote its tables, and the time span they cover."""
 
@@ -157,14 +183,13 @@ def point_in_time(
 
 def _transactions(
     rng: np.random.Generator,
-    n_tx: int,
-    n_users: int,
-    n_merchants: int,
+    spec: DatasetSpec,
     start: datetime,
     end: datetime,
     users: pd.DataFrame,
     merchants: pd.DataFrame,
 ) -> pd.DataFrame:
+    n_tx, n_users, n_merchants = spec.n_transactions, spec.n_users, spec.n_merchants
     # Distinct whole seconds: Feast's file store merges entity rows that share keys and timestamp.
     span = int((end - start).total_seconds())
     offsets = np.sort(rng.choice(span, size=n_tx, replace=False))
@@ -204,30 +229,16 @@ def _transactions(
     return tx
 
 
-def generate(
-    out_dir: Path | str = DEFAULT_OUT_DIR,
-    seed: int = 7,
-    *,
-    n_users: int = 500,
-    n_merchants: int = 100,
-    days: int = 30,
-    n_transactions: int = 5000,
-    end: datetime | None = None,
-    correction_rate: float = 0.0,
-) -> GeneratedFiles:
-    """Write the three parquet tables under out_dir; the same seed and end give the same files."""
-    if end is None:
-        end = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
-    elif end.tzinfo is None:
-        raise ValueError("end must be timezone-aware (UTC)")
-    end = end.astimezone(UTC)
-    rng = np.random.default_rng(seed)
-    times = _snapshot_times(end, days)
-    users = _user_stats(rng, n_users, times, correction_rate)
-    merchants = _merchant_stats(rng, n_merchants, times)
+def generate(out_dir: Path | str = DEFAULT_OUT_DIR, spec: DatasetSpec = DEFAULT_SPEC) -> GeneratedFiles:
+    """Write the three parquet tables under out_dir; the same spec gives the same files."""
+    end = spec.resolved_end()
+    rng = np.random.default_rng(spec.seed)
+    times = _snapshot_times(end, spec.days)
+    users = _user_stats(rng, spec.n_users, times, spec.correction_rate)
+    merchants = _merchant_stats(rng, spec.n_merchants, times)
     # Transactions start a day in, so most have features; those of users who joined later have none.
     start = times[0].to_pydatetime() + timedelta(days=1)
-    tx = _transactions(rng, n_transactions, n_users, n_merchants, start, end, users, merchants)
+    tx = _transactions(rng, spec, start, end, users, merchants)
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -257,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         "--end", type=datetime.fromisoformat, default=None, help="last snapshot, with timezone"
     )
     args = parser.parse_args(argv)
-    files = generate(args.out, seed=args.seed, end=args.end)
+    files = generate(args.out, DatasetSpec(seed=args.seed, end=args.end))
     for path in (files.user_stats, files.merchant_stats, files.transactions):
         print(f"wrote {path}")
     print(f"snapshots from {files.start.isoformat()} to {files.end.isoformat()}")

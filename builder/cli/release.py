@@ -11,8 +11,9 @@ Manifests and dry-run plans go to stdout (YAML, or JSON with ``--json``), progre
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import yaml
@@ -22,6 +23,9 @@ from rich.table import Table
 from builder.cli.common import console, emit_json, run_json_aware
 from builder.cli.main import app
 from builder.release.modes import Mode
+
+if TYPE_CHECKING:
+    from builder.release.kube import InferenceServices
 
 release_app = typer.Typer(
     help="Roll a model version out on KServe: canary, check, promote or roll back.",
@@ -93,45 +97,28 @@ def _crd(explicit: Path | None) -> Path | None:
     return found
 
 
-def _spec(
-    *,
-    model: str,
-    version: str,
-    storage_uri: str,
-    name: str | None,
-    namespace: str,
-    canary_percent: int | None,
-    runtime: str | None,
-    runtime_version: str | None,
-    protocol: str,
-    min_replicas: int,
-    max_replicas: int,
-    gpus: int,
-    mode: Mode,
-) -> Any:
-    from builder.release.manifest import ServiceSpec
-
-    return ServiceSpec(
-        name=name or model,
-        namespace=namespace,
-        model=model,
-        model_version=version,
-        storage_uri=storage_uri,
-        canary_percent=canary_percent,
-        runtime=runtime,
-        runtime_version=runtime_version,
-        protocol=protocol,
-        min_replicas=min_replicas,
-        max_replicas=max_replicas,
-        gpus=gpus,
-        mode=mode,
-    ).check()
-
-
-def _services(namespace: str, kubeconfig: Path | None, context: str | None) -> Any:
+def _services(namespace: str, kubeconfig: Path | None, context: str | None) -> InferenceServices:
     from builder.release.kube import InferenceServices, connect
 
     return InferenceServices(connect(kubeconfig, context), namespace)
+
+
+@dataclass(frozen=True)
+class TrafficRequest:
+    """A promote or rollback, as its command's options say: built once, at the edge."""
+
+    operation: str  # "promote" | "rollback"
+    name: str
+    namespace: str
+    mode: Mode
+    force: bool  # promote only: even if the newest revision is not ready
+    dry_run: bool
+    wait: bool
+    timeout: float
+    kubeconfig: Path | None
+    context: str | None
+    crd: Path | None
+    json_output: bool
 
 
 def _status_table(status: Any) -> Table:
@@ -215,15 +202,15 @@ def render_cmd(
 ) -> None:
     """Print the InferenceService for a model version (checked against KServe's CRD)."""
     from builder.release import schema
-    from builder.release.manifest import render
+    from builder.release.manifest import ServiceSpec, render
 
     def go() -> None:
-        spec = _spec(
-            model=model,
-            version=version,
-            storage_uri=storage_uri,
-            name=name,
+        spec = ServiceSpec(
+            name=name or model,
             namespace=namespace,
+            model=model,
+            model_version=version,
+            storage_uri=storage_uri,
             canary_percent=canary_percent,
             runtime=runtime,
             runtime_version=runtime_version,
@@ -232,7 +219,7 @@ def render_cmd(
             max_replicas=max_replicas,
             gpus=gpus,
             mode=mode,
-        )
+        ).check()
         manifest = render(spec)
         schema.check(manifest, _crd(crd))
         _write(manifest, json_output)
@@ -266,15 +253,16 @@ def apply_cmd(
     """Create the InferenceService, or patch the existing one to this version (as a canary
     with --canary-percent), then wait for the new revision to be ready."""
     from builder.release import rollout
+    from builder.release.manifest import ServiceSpec
     from builder.release.plan import apply_plan
 
     def go() -> None:
-        spec = _spec(
-            model=model,
-            version=version,
-            storage_uri=storage_uri,
-            name=name,
+        spec = ServiceSpec(
+            name=name or model,
             namespace=namespace,
+            model=model,
+            model_version=version,
+            storage_uri=storage_uri,
             canary_percent=canary_percent,
             runtime=runtime,
             runtime_version=runtime_version,
@@ -283,7 +271,7 @@ def apply_cmd(
             max_replicas=max_replicas,
             gpus=gpus,
             mode=mode,
-        )
+        ).check()
         plan = apply_plan(spec, _crd(crd))  # validated, dry run or not
         if dry_run:
             _write(plan.to_doc(), json_output)
@@ -306,45 +294,34 @@ def apply_cmd(
     run_json_aware(json_output, go)
 
 
-def _traffic_command(
-    operation: str,
-    name: str,
-    namespace: str,
-    dry_run: bool,
-    wait: bool,
-    timeout: float,
-    kubeconfig: Path | None,
-    context: str | None,
-    crd: Path | None,
-    json_output: bool,
-    mode: Mode,
-    force: bool = False,
-) -> None:
+def _traffic_command(request: TrafficRequest) -> None:
     from builder.release import rollout
     from builder.release.plan import traffic_plan
 
     def go() -> None:
-        plan = traffic_plan(operation, name, namespace, _crd(crd), mode)
-        if dry_run:
-            _write(plan.to_doc(), json_output)
+        plan = traffic_plan(
+            request.operation, request.name, request.namespace, _crd(request.crd), request.mode
+        )
+        if request.dry_run:
+            _write(plan.to_doc(), request.json_output)
             return
-        services = _services(namespace, kubeconfig, context)
-        if operation == "promote":
-            status = rollout.promote(services, name, force=force, mode=mode)
+        services = _services(request.namespace, request.kubeconfig, request.context)
+        if request.operation == "promote":
+            status = rollout.promote(services, request.name, force=request.force, mode=request.mode)
         else:
-            status = rollout.rollback(services, name, mode=mode)
-        console.print(f"{operation}: patched InferenceService {namespace}/{name}")
-        if wait:
+            status = rollout.rollback(services, request.name, mode=request.mode)
+        console.print(f"{request.operation}: patched InferenceService {request.namespace}/{request.name}")
+        if request.wait:
             status = rollout.wait_ready(
                 services,
-                name,
-                timeout_s=timeout,
-                latest_percent=rollout.expected_after(operation, status),
-                on_poll=_waiter(timeout),
+                request.name,
+                timeout_s=request.timeout,
+                latest_percent=rollout.expected_after(request.operation, status),
+                on_poll=_waiter(request.timeout),
             )
-        _report(status, json_output, {"action": operation})
+        _report(status, request.json_output, {"action": request.operation})
 
-    run_json_aware(json_output, go)
+    run_json_aware(request.json_output, go)
 
 
 @release_app.command("promote")
@@ -364,7 +341,20 @@ def promote_cmd(
     """Give the canary all traffic (Serverless: remove canaryTrafficPercent; Standard: the
     stable predictor becomes the canary, spec.canary loses it)."""
     _traffic_command(
-        "promote", name, namespace, dry_run, wait, timeout, kubeconfig, context, crd, json_output, mode, force
+        TrafficRequest(
+            operation="promote",
+            name=name,
+            namespace=namespace,
+            mode=mode,
+            force=force,
+            dry_run=dry_run,
+            wait=wait,
+            timeout=timeout,
+            kubeconfig=kubeconfig,
+            context=context,
+            crd=crd,
+            json_output=json_output,
+        )
     )
 
 
@@ -384,7 +374,20 @@ def rollback_cmd(
     """Send all traffic back to the previous version (Serverless: canaryTrafficPercent: 0;
     Standard: drop the canary from spec.canary)."""
     _traffic_command(
-        "rollback", name, namespace, dry_run, wait, timeout, kubeconfig, context, crd, json_output, mode
+        TrafficRequest(
+            operation="rollback",
+            name=name,
+            namespace=namespace,
+            mode=mode,
+            force=False,
+            dry_run=dry_run,
+            wait=wait,
+            timeout=timeout,
+            kubeconfig=kubeconfig,
+            context=context,
+            crd=crd,
+            json_output=json_output,
+        )
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict, Unpack
 
 from builder.release.api import GROUP, PLURAL, VERSION
 from builder.release.errors import ReleaseError
@@ -20,8 +20,23 @@ REQUEST_TIMEOUT_S = 15.0
 FIELD_MANAGER = "builder-release"
 
 
+class PatchOptions(TypedDict):
+    """The keyword options ``InferenceServices.patch`` sends with a merge patch.
+
+    The client's method takes the object's path and body positionally and these (with a dozen
+    more we never send) as keywords: typed as one dict here, so the protocol states what the
+    rollout sends without restating the client's whole signature. mypy still checks the real
+    ``CustomObjectsApi`` (returned by ``connect``) against it."""
+
+    field_manager: str
+    _request_timeout: float
+    _content_type: str
+    dry_run: NotRequired[str]  # "All": the API server's dry run
+
+
 class CustomObjects(Protocol):
-    """The part of ``kubernetes.client.CustomObjectsApi`` the rollout uses (same signatures)."""
+    """The part of ``kubernetes.client.CustomObjectsApi`` the rollout uses (its signatures, the
+    patch's keyword options as ``PatchOptions``)."""
 
     def get_namespaced_custom_object(
         self, group: str, version: str, namespace: str, plural: str, name: str, *, _request_timeout: float
@@ -47,11 +62,7 @@ class CustomObjects(Protocol):
         plural: str,
         name: str,
         body: dict[str, Any],
-        *,
-        field_manager: str,
-        _request_timeout: float,
-        _content_type: str,
-        dry_run: str | None = None,
+        **options: Unpack[PatchOptions],
     ) -> Any: ...
 
 

@@ -221,18 +221,30 @@ def expected_latest_percent(result: ApplyResult, spec: ServiceSpec) -> int:
     return spec.canary_percent
 
 
+@dataclass(frozen=True)
+class Pacing:
+    """How often ``wait_ready`` polls, and the clock it reads and sleeps on: real time unless a
+    test passes one that moves only when the code sleeps."""
+
+    poll_s: float = POLL_S
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+
+REAL_TIME = Pacing()
+
+
 def wait_ready(
     services: InferenceServices,
     name: str,
     *,
     timeout_s: float,
     latest_percent: int | None = None,
-    poll_s: float = POLL_S,
-    clock: Callable[[], float] = time.monotonic,
-    sleep: Callable[[float], None] = time.sleep,
     on_poll: Callable[[RolloutStatus], None] | None = None,
+    pacing: Pacing = REAL_TIME,
 ) -> RolloutStatus:
     """Poll until the newest revision is ready (and has ``latest_percent`` % of traffic)."""
+    clock, sleep, poll_s = pacing.clock, pacing.sleep, pacing.poll_s
     deadline = clock() + timeout_s
     while True:
         status = RolloutStatus.of(services.require(name))

@@ -21,7 +21,14 @@ from feast import FeatureStore
 
 from feature_repo import store as fr
 from feature_repo.definitions import MERCHANT_TTL, USER_TTL
-from feature_repo.generate import CHANNELS, MERCHANT_CATEGORIES, GeneratedFiles, generate, point_in_time
+from feature_repo.generate import (
+    CHANNELS,
+    MERCHANT_CATEGORIES,
+    DatasetSpec,
+    GeneratedFiles,
+    generate,
+    point_in_time,
+)
 from tests import servers
 
 pytestmark = pytest.mark.integration
@@ -42,7 +49,7 @@ def _copy_repo(dest: Path) -> Path:
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, GeneratedFiles]:
     path = _copy_repo(tmp_path_factory.mktemp("feast") / "feature_repo")
-    files = generate(path / "data", seed=7)
+    files = generate(path / "data", DatasetSpec(seed=7))
     return path, files
 
 
@@ -115,9 +122,13 @@ def _assert_frames_match(got: pd.DataFrame, want: pd.DataFrame) -> None:
 
 def test_generate_is_seeded_and_labels_follow_features(tmp_path: Path) -> None:
     end = datetime(2026, 1, 31, tzinfo=UTC)
-    a = generate(tmp_path / "a", seed=3, end=end, n_users=50, n_merchants=10, days=10, n_transactions=300)
-    b = generate(tmp_path / "b", seed=3, end=end, n_users=50, n_merchants=10, days=10, n_transactions=300)
-    c = generate(tmp_path / "c", seed=4, end=end, n_users=50, n_merchants=10, days=10, n_transactions=300)
+
+    def small(seed: int) -> DatasetSpec:
+        return DatasetSpec(seed=seed, end=end, n_users=50, n_merchants=10, days=10, n_transactions=300)
+
+    a = generate(tmp_path / "a", small(3))
+    b = generate(tmp_path / "b", small(3))
+    c = generate(tmp_path / "c", small(4))
     for name in ("user_stats", "merchant_stats", "transactions"):
         pd.testing.assert_frame_equal(
             pd.read_parquet(getattr(a, name)), pd.read_parquet(getattr(b, name)), check_exact=True
@@ -328,9 +339,8 @@ def test_profile_selection(monkeypatch: pytest.MonkeyPatch) -> None:
 def corrected_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[FeatureStore, pd.DataFrame]:
     """A small repository whose user snapshots are sometimes recomputed under the same event timestamp."""
     path = _copy_repo(tmp_path_factory.mktemp("feast_corrected") / "feature_repo")
-    files = generate(
-        path / "data", seed=11, n_users=100, n_merchants=10, days=10, n_transactions=200, correction_rate=0.2
-    )
+    spec = DatasetSpec(seed=11, n_users=100, n_merchants=10, days=10, n_transactions=200, correction_rate=0.2)
+    files = generate(path / "data", spec)
     fr.apply(path, profile="sqlite")
     store = fr.materialize(path, end=datetime.now(UTC), profile="sqlite")
     users = pd.read_parquet(files.user_stats)

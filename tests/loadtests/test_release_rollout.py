@@ -52,9 +52,8 @@ class FakeClock:
 def wait(
     services: InferenceServices, clock: FakeClock, timeout_s: float = 60, **kw: Any
 ) -> rollout.RolloutStatus:
-    return rollout.wait_ready(
-        services, "fraud-detector", timeout_s=timeout_s, poll_s=1, clock=clock, sleep=clock.sleep, **kw
-    )
+    pacing = rollout.Pacing(poll_s=1, clock=clock, sleep=clock.sleep)
+    return rollout.wait_ready(services, "fraud-detector", timeout_s=timeout_s, pacing=pacing, **kw)
 
 
 @pytest.fixture
