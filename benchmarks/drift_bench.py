@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks import report
-from benchmarks.gateway_loadgen import Target, Window, measure
+from benchmarks.gateway_loadgen import Target, Traffic, Window, measure
+from support.load import Plan
 
 AIM = {"concurrency": 16, "throughput_ratio": 0.95, "p50_added_ms": 0.2}
 
@@ -65,8 +66,7 @@ def compare(
     pool: ProcessPoolExecutor,
     on: Target,
     off: Target,
-    rows: list[dict[str, Any]],
-    x: dict[str, np.ndarray],
+    traffic: Traffic,
     seconds: float,
     warmup_s: float,
     say: Callable[[str], None],
@@ -77,7 +77,8 @@ def compare(
     for name in ("on", "off", "off", "on"):
         say(f"gateway: drift {name}, HTTP at concurrency {c}, {seconds / 2:g} s")
         target = on if name == "on" else off
-        windows[name].append(pool.submit(measure, "http", target, rows, x, c, warmup_s, seconds / 2).result())
+        plan = Plan(int(c), warmup_s, seconds / 2)
+        windows[name].append(pool.submit(measure, "http", target, traffic, plan).result())
     points = {}
     for name, ws in windows.items():
         latencies = np.concatenate([w.latencies_ns for w in ws])

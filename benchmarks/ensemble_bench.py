@@ -1,6 +1,6 @@
 """Part (e) of ``make bench``: what does an ensemble cost? (issue 12)
 
-The tests' ensemble model (``tests.models.sklearn_for_ensemble``: GradientBoosting, 20 trees of
+The tests' ensemble model (``support.models.sklearn_for_ensemble``: GradientBoosting, 20 trees of
 depth 3, trained on imputed + standard-scaled features; the run logs ``serving/ensemble.json``
 and ``decision_threshold``) is registered once and exported into one repository three ways:
 
@@ -12,7 +12,7 @@ and ``decision_threshold``) is registered once and exported into one repository 
 Before timing, all three must give the same probabilities on the same raw rows (the bare model
 gets them preprocessed by the numpy reference), the bare model must match sklearn, and the
 ensembles' ``score``/``label`` must match the reference postprocess. Then at each concurrency
-the three paths are measured by ``loadgen.py``'s closed-loop gRPC client, alternated
+the three paths are measured by ``support/load.py``'s closed-loop gRPC client, alternated
 A B C C B A, and each ensemble is compared with the bare model: p50 at concurrency 1 (goals:
 steps <= 1.5x, fused <= 1.15x) and throughput at 16 and 64 (goal >= 0.8x).
 """
@@ -26,7 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks import loadgen, report
+from benchmarks import report
+from support import load
 
 MODEL, FUSED = "ens", "ensf"
 PATHS = {"bare": MODEL, "steps": f"{MODEL}_ensemble", "fused": f"{FUSED}_ensemble"}
@@ -106,7 +107,7 @@ def check_answers(url: str, registered: Any) -> dict[str, float]:
     return errors
 
 
-def _step_point(segments: Sequence[loadgen.Segment], step_model: str) -> dict[str, float]:
+def _step_point(segments: Sequence[load.Segment], step_model: str) -> dict[str, float]:
     """One step's Triton counters over a point's windows, per request of that step."""
     stats = [s.step_stats[step_model] for s in segments]
     inferences, executions, queue_ns, compute_ns, successes = (sum(v) for v in zip(*stats, strict=True))
@@ -118,7 +119,7 @@ def _step_point(segments: Sequence[loadgen.Segment], step_model: str) -> dict[st
     }
 
 
-def point(path: str, segments: Sequence[loadgen.Segment]) -> dict[str, Any]:
+def point(path: str, segments: Sequence[load.Segment]) -> dict[str, Any]:
     """One (path, concurrency) point; for steps, the queue/compute split of every step."""
     p = {"path": path, **report.triton_point(segments, batching=True)}
     if path == "steps":
@@ -139,7 +140,7 @@ def measure(
     """Every (path, concurrency) point, the three paths alternated A B C C B A per concurrency."""
     window = args.duration / args.rounds
     order = list(PATHS)
-    segments: dict[tuple[str, int], list[loadgen.Segment]] = {}
+    segments: dict[tuple[str, int], list[load.Segment]] = {}
     context = multiprocessing.get_context("spawn")  # the client inherits nothing from MLflow
     with ProcessPoolExecutor(max_workers=1, mp_context=context) as client_process:
         for concurrency in args.concurrency:
@@ -148,15 +149,13 @@ def measure(
                     say(f"ensemble: {PATHS[path]} at concurrency {concurrency}, window {r + 1}/{args.rounds}")
                     stats_models = tuple(STEPS.values()) if path == "steps" else ()
                     job = client_process.submit(
-                        loadgen.measure,
+                        load.measure,
                         url,
                         PATHS[path],
-                        rows[path],
-                        concurrency,
-                        args.warmup,
-                        window,
-                        server_pgid,
-                        stats_models,
+                        load.float_rows(rows[path]),
+                        load.Plan(concurrency, args.warmup, window),
+                        server_pgid=server_pgid,
+                        stats_models=stats_models,
                     )
                     segments.setdefault((path, concurrency), []).append(job.result())
     return [point(path, segments[(path, c)]) for c in args.concurrency for path in order]
@@ -220,8 +219,8 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
 
     from builder.ensemble_models import transforms
     from builder.repository.triton_config import ServingOptions
-    from builder.runtime.server import TritonServer
-    from tests import models
+    from builder.runtime.server import ServerOptions, TritonServer
+    from support import models
 
     root.mkdir(parents=True, exist_ok=True)
     say(f"ensemble: training and registering {MODEL}@champion")
@@ -231,9 +230,8 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
     written = export_all(repo)
     server = TritonServer(
         repo,
+        ServerOptions.explicit(sorted(p.name for p in repo.iterdir() if p.is_dir())),
         runtime=runtime,
-        model_control_mode="explicit",
-        load_models=sorted(p.name for p in repo.iterdir() if p.is_dir()),
         log_path=root / "tritonserver.log",
     )
     say("ensemble: starting tritonserver")
@@ -247,7 +245,7 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
         pre = transforms.preprocess(raw, registered.extra["spec"]["preprocess"])
         rows = {"bare": pre, "steps": raw, "fused": raw}
         points = measure(server.grpc_url, server.pid, rows, args, say)
-        version = loadgen.triton_version(server.grpc_url)
+        version = load.triton_version(server.grpc_url)
     finally:
         server.stop()
     defaults = ServingOptions()

@@ -2,11 +2,11 @@
 
 Builds the stack the gateway tests build (tests/gateway/conftest.py), in a temporary folder:
 a copy of ``feature_repo/`` with generated data (``feast apply`` + materialize) → the
-``fraud-detector`` model (``demo.train``: a scikit-learn Pipeline that imputes and scales the
+``fraud-detector`` model (``support.train``: a scikit-learn Pipeline that imputes and scales the
 numeric columns and one-hots ``channel`` and ``merchant_category``, then gradient boosting) trained
 from its historical features and registered → exported without an ensemble (layout ``columns``:
 one ``[1]`` input per column, TYPE_FP32 or TYPE_STRING; docs/serving-contract.md) → the embedded
-Triton → ``gateway serve`` as a subprocess (``tests.servers``). Then:
+Triton → ``gateway serve`` as a subprocess (``support.servers``). Then:
 
 1. picks rows whose user and merchant both have fresh online features (others answer 404), each
    with its transaction's request fields (``amount``, ``hour``, ``channel``);
@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from benchmarks import drift_bench, gateway_cpu, gateway_profile, report
-from benchmarks.gateway_loadgen import MODES, Target, Window, measure, metric_key
-from benchmarks.loadgen import triton_version
+from benchmarks.gateway_loadgen import MODES, Target, Traffic, Window, measure, metric_key
+from support.load import Plan, triton_version
 
 if TYPE_CHECKING:
     from gateway.catalog import ModelSpec
@@ -85,7 +86,7 @@ def build_stack(root: Path, say: Callable[[str], None]) -> tuple[Any, Any, Path]
     import mlflow
 
     from builder.export import ExportRequest, export_model
-    from demo.train import prepare_feature_store, train_and_register
+    from support.train import prepare_feature_store, train_and_register
 
     say("gateway: generating feature data, feast apply, materialize (SQLite online store)")
     repo = root / "feature_repo"
@@ -105,8 +106,8 @@ def pick_rows(store: Any, columns: list[str], n: int) -> tuple[list[dict[str, An
     """``n`` transactions whose user and merchant both have every online feature, as gateway rows
     (entity keys + request fields) and their online features (name -> one value per row, as the
     store returned them)."""
-    from demo.train import ENTITY_KEYS, REQUEST_FIELDS, STRING_REQUEST_FIELDS
     from feature_repo.store import SERVICE, load_transactions
+    from support.train import ENTITY_KEYS, REQUEST_FIELDS, STRING_REQUEST_FIELDS
 
     tx = load_transactions(store).drop_duplicates(ENTITY_KEYS).sample(frac=1.0, random_state=0)
     tx = tx.head(8 * n)
@@ -204,10 +205,8 @@ def online_store(repo: Path, kind: str, root: Path, say: Callable[[str], None]) 
         return
     from datetime import UTC, datetime
 
-    import pytest
-
     from feature_repo import store as feature_store
-    from tests import servers
+    from support import servers
 
     try:
         with servers.redis_server(root) as redis:
@@ -216,7 +215,7 @@ def online_store(repo: Path, kind: str, root: Path, say: Callable[[str], None]) 
             feature_store.apply(repo, profile="redis")
             feature_store.materialize(repo, end=datetime.now(UTC), profile="redis")
             yield {"GATEWAY_ONLINE_STORE": "redis", "GATEWAY_REDIS_URL": redis.address}
-    except pytest.fail.Exception as exc:  # how tests.servers reports a server that did not start
+    except servers.ServerStartError as exc:
         raise GatewayBenchError(str(exc)[:2000]) from None
 
 
@@ -226,9 +225,7 @@ def gateway(
 ) -> Iterator[Any]:
     """``gateway serve`` as the tests start it, on free ports; stopped (SIGINT, then SIGKILL) on exit.
     ``triton_url`` is the gateway's (``http://host:port``, its default protocol)."""
-    import pytest
-
-    from tests import servers
+    from support import servers
 
     env = {
         "GATEWAY_TRITON_URL": triton_url,
@@ -246,7 +243,7 @@ def gateway(
     try:
         with servers.gateway_process(workdir, env) as gw:
             yield gw
-    except pytest.fail.Exception as exc:  # how tests.servers reports a gateway that did not start
+    except servers.ServerStartError as exc:
         raise GatewayBenchError(f"the gateway did not start: {str(exc)[:2000]}") from None
 
 
@@ -389,36 +386,34 @@ def compare(points: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def measure_points(
-    pool: ProcessPoolExecutor,
-    target: Target,
-    rows: list[dict[str, Any]],
-    x: dict[str, np.ndarray],
-    args: argparse.Namespace,
-    say: Callable[[str], None],
-) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Bench:
+    """What every timed part of section (c) shares: the client process (spawned once), the
+    stack under test, the requests, the command line and the progress line."""
+
+    pool: ProcessPoolExecutor
+    target: Target
+    traffic: Traffic
+    args: argparse.Namespace
+    say: Callable[[str], None]
+
+
+def measure_points(bench: Bench) -> list[dict[str, Any]]:
+    pool, target, traffic, args, say = bench.pool, bench.target, bench.traffic, bench.args, bench.say
     window = args.duration / args.rounds
     windows: dict[tuple[str, int], list[Window]] = {}
     for c in args.concurrency:
         for r in range(args.rounds):
             for mode in MODES if r % 2 == 0 else MODES[::-1]:
                 say(f"gateway: {mode} at concurrency {c}, window {r + 1}/{args.rounds}")
-                job = pool.submit(measure, mode, target, rows, x, c, args.warmup, window)
+                job = pool.submit(measure, mode, target, traffic, Plan(c, args.warmup, window))
                 windows.setdefault((mode, c), []).append(job.result())
     return [point(windows[(mode, c)]) for c in args.concurrency for mode in MODES]
 
 
-def profile(
-    pool: ProcessPoolExecutor,
-    target: Target,
-    gateway_pid: int,
-    rows: list[dict[str, Any]],
-    x: dict[str, np.ndarray],
-    args: argparse.Namespace,
-    out_dir: Path,
-    say: Callable[[str], None],
-) -> tuple[list[dict[str, Any]], str]:
+def profile(bench: Bench, gateway_pid: int, out_dir: Path) -> tuple[list[dict[str, Any]], str]:
     """py-spy on the gateway under a steady load of each transport; ([] , why) when it cannot run."""
+    pool, target, args, say = bench.pool, bench.target, bench.args, bench.say
     binary = gateway_profile.py_spy()
     if args.profile_seconds <= 0:
         return [], "profile skipped (--profile-seconds 0)"
@@ -428,7 +423,7 @@ def profile(
     for mode in ("http", "grpc"):
         c, seconds = args.profile_concurrency, args.profile_seconds
         say(f"gateway: profiling the gateway under {mode} load at concurrency {c} for {seconds} s")
-        job = pool.submit(measure, mode, target, rows, x, c, 1.0, seconds + 1.0)
+        job = pool.submit(measure, mode, target, bench.traffic, Plan(c, 1.0, seconds + 1.0))
         time.sleep(1.5)  # the client is past its warm-up: the window brackets the sampling
         raw = out_dir / f"py-spy-{mode}.txt"
         try:
@@ -503,34 +498,28 @@ def notes(points: list[dict[str, Any]], profiles: list[dict[str, Any]], cores: i
 
 
 def drift_cost(
-    pool: ProcessPoolExecutor,
-    on: Target,
-    spec: ModelSpec,
-    rows: list[dict[str, Any]],
-    x: dict[str, np.ndarray],
-    args: argparse.Namespace,
-    root: Path,
-    store_env: dict[str, str],
-    gateway_triton: str,
-    say: Callable[[str], None],
+    bench: Bench, spec: ModelSpec, root: Path, store_env: dict[str, str], gateway_triton: str
 ) -> dict[str, Any] | None:
     """Drift counting's cost (benchmarks/drift_bench.py): the observer alone per batch, then the
-    gateway above (drift on, every row) against a second one with ``GATEWAY_DRIFT_SAMPLE=0``."""
+    gateway above (``bench.target``: drift on, every row) against a second one with
+    ``GATEWAY_DRIFT_SAMPLE=0``."""
     from dataclasses import replace
+
+    pool, on, args, say = bench.pool, bench.target, bench.args, bench.say
 
     if args.drift_seconds <= 0 or spec.drift_reference is None:
         return None
     # In the client process, a fresh interpreter: this one imported Feast before prometheus_client
     # (training), and feast.metrics switches prometheus_client into its multiprocess mode, whose
     # metric values the drift observer's imports would then create without a folder.
-    cost = pool.submit(drift_bench.observer_cost, spec, x).result()
+    cost = pool.submit(drift_bench.observer_cost, spec, bench.traffic.x).result()
     workdir = root / "gateway-drift-off"
     workdir.mkdir(exist_ok=True)
     with gateway(workdir, gateway_triton, root / "feature_repo", store_env, GATEWAY_DRIFT_SAMPLE="0") as gw:
         off = replace(on, gateway_http=gw.http, gateway_grpc=gw.grpc, gateway_pgid=gw.proc.pid)
         return {
             "observer": cost,
-            **drift_bench.compare(pool, on, off, rows, x, args.drift_seconds * 2, args.warmup, say),
+            **drift_bench.compare(pool, on, off, bench.traffic, args.drift_seconds * 2, args.warmup, say),
         }
 
 
@@ -551,7 +540,7 @@ def _run(
     trained: Any,
     model_repo: Path,
 ) -> dict[str, Any]:
-    from builder.runtime.server import TritonServer
+    from builder.runtime.server import ServerOptions, TritonServer
     from feature_repo.store import open_store
 
     store = open_store(root / "feature_repo", args.online_store)  # what the gateway reads
@@ -560,9 +549,8 @@ def _run(
     feature_read = time_feature_read(store, rows, args.feature_seconds)
     server = TritonServer(
         model_repo,
+        ServerOptions.explicit([p.name for p in model_repo.iterdir() if p.is_dir()]),
         runtime=runtime,
-        model_control_mode="explicit",
-        load_models=[p.name for p in model_repo.iterdir() if p.is_dir()],
         log_path=root / "tritonserver.log",
     )
     say("gateway: starting tritonserver and gateway serve")
@@ -589,23 +577,14 @@ def _run(
             # spawn, not fork: the client must not inherit MLflow, Feast or their threads.
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                traffic = Traffic(rows, x)
                 cpu = gateway_cpu.run(
-                    pool,
-                    server.http_url,
-                    server.grpc_url,
-                    gw.http,
-                    {"gateway": gw.proc.pid, "triton": server.pid},
-                    root / "feature_repo",
-                    MODEL,
-                    rows,
-                    x,
-                    spec.outputs,
-                    args,
-                    say,
+                    pool, target, traffic, server.http_url, root / "feature_repo", args, say
                 )
-                points = measure_points(pool, target, rows, x, args, say)
-                profiles, profile_note = profile(pool, target, gw.proc.pid, rows, x, args, root, say)
-                drift = drift_cost(pool, target, spec, rows, x, args, root, store_env, gateway_triton, say)
+                bench = Bench(pool, target, traffic, args, say)
+                points = measure_points(bench)
+                profiles, profile_note = profile(bench, gw.proc.pid, root)
+                drift = drift_cost(bench, spec, root, store_env, gateway_triton)
             version = triton_version(server.grpc_url)
     finally:
         server.stop()

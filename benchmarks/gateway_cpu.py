@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks import gateway_stages
-from benchmarks.loadgen import group_cpu_seconds, machine_cpu_seconds, processes
+from benchmarks.gateway_loadgen import Target, Traffic
 from benchmarks.wrk import run_wrk
+from support.load import group_cpu_seconds, machine_cpu_seconds, processes
 
 AIMS = {
     "idle_cores": 0.01,
@@ -44,7 +45,7 @@ AIMS = {
 _TRITON_TYPES = {"float32": "FP32", "int64": "INT64", "bool": "BOOL", "object": "BYTES"}
 
 
-def v2_bodies(x: dict[str, np.ndarray], outputs: tuple[str, ...]) -> list[str]:
+def v2_bodies(x: Mapping[str, np.ndarray], outputs: tuple[str, ...]) -> list[str]:
     """One KServe V2 JSON body per row of ``x`` (as a user calls Triton over HTTP)."""
     n = len(next(iter(x.values())))
     bodies = []
@@ -150,18 +151,18 @@ def verdicts(
 
 def run(
     pool: ProcessPoolExecutor,
+    target: Target,
+    traffic: Traffic,
     triton_http: str,
-    triton_grpc: str,
-    gateway_http: str,
-    pgids: dict[str, int],
     feature_repo: Path,
-    model: str,
-    rows: list[dict[str, Any]],
-    x: dict[str, np.ndarray],
-    outputs: tuple[str, ...],
     args: Any,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
+    """Section (c)'s CPU part against the stack ``target`` names (Triton's gRPC and the
+    gateway's ports, both process groups), Triton's HTTP at ``triton_http``."""
+    triton_grpc, gateway_http, model = target.triton_url, target.gateway_http, target.model
+    pgids = {"gateway": target.gateway_pgid, "triton": target.triton_pgid}
+    rows, x, outputs = traffic.rows, traffic.x, target.outputs
     say(f"gateway (CPU): both servers idle for {args.idle_seconds:g} s")
     idle = idle_cores(pgids, args.idle_seconds)
     urls = {

@@ -10,7 +10,8 @@ One harness drives all three paths, so they differ only in the request each clie
   string ``channel`` included), aiohttp, one keep-alive connection per client;
 - ``grpc``: the gateway's ``Predict`` (gateway/proto), one row, one HTTP/2 channel for all clients.
 
-Each client decodes the score from the answer, as a real caller would. Like ``loadgen.py`` it runs in
+Each client decodes the score from the answer, as a real caller would. The loop is the project's one
+load generator (``support/load.py``, counting failed requests instead of stopping); it runs in
 a process of its own, and reports the CPU it, the gateway, Triton and everyone else used in the
 window, plus the deltas of the gateway's own histograms (``/metrics``) over the same window.
 """
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.loadgen import group_cpu_seconds, machine_cpu_seconds
+from support.load import Plan, closed_loop, group_cpu_seconds, machine_cpu_seconds
 
 _TIMEOUT_S = 10.0  # every call has a deadline; a stuck server shows up as errors, not a hang
 MODES = ("triton", "http", "grpc")
@@ -46,6 +47,16 @@ class Target:
     gateway_pgid: int
 
 
+@dataclass(frozen=True)
+class Traffic:
+    """The requests every path sends, each in its own form: ``rows[i]`` (the gateway's entity keys
+    and request fields) and row i of every array in ``x`` (Triton's inputs by name, ``[N, 1]``
+    each) are the same request."""
+
+    rows: list[dict[str, Any]]
+    x: dict[str, np.ndarray]
+
+
 @dataclass
 class Window:
     mode: str
@@ -60,19 +71,10 @@ class Window:
     metrics: dict[str, float]  # gateway_*_sum / _count deltas over the window
 
 
-def measure(
-    mode: str,
-    target: Target,
-    rows: list[dict[str, Any]],
-    x: Mapping[str, np.ndarray],
-    concurrency: int,
-    warmup_s: float,
-    seconds: float,
-) -> Window:
-    """``concurrency`` closed-loop clients on ``mode``; rows[i] (gateway) and row i of every
-    array in ``x`` (Triton's inputs by name, ``[N, 1]`` each) are the same request. The first
-    ``warmup_s`` are not counted."""
-    return asyncio.run(_measure(mode, target, rows, x, concurrency, warmup_s, seconds))
+def measure(mode: str, target: Target, traffic: Traffic, plan: Plan) -> Window:
+    """``plan.concurrency`` closed-loop clients on ``mode``, taking turns over ``traffic``'s
+    requests. The first ``plan.warmup_s`` are not counted."""
+    return asyncio.run(_measure(mode, target, traffic, plan))
 
 
 def metric_key(name: str, **labels: str) -> str:
@@ -163,45 +165,13 @@ async def _caller(
     raise ValueError(f"unknown mode {mode!r}; one of {MODES}")
 
 
-async def _measure(
-    mode: str,
-    target: Target,
-    rows: list[dict[str, Any]],
-    x: Mapping[str, np.ndarray],
-    concurrency: int,
-    warmup_s: float,
-    seconds: float,
-) -> Window:
+async def _measure(mode: str, target: Target, traffic: Traffic, plan: Plan) -> Window:
     import aiohttp
 
     async with AsyncExitStack() as stack:
-        call = await _caller(mode, target, rows, x, stack)
+        call = await _caller(mode, target, traffic.rows, traffic.x, stack)
         scraper = await stack.enter_async_context(aiohttp.ClientSession())
         metrics_url = f"http://{target.gateway_http}/metrics"
-        start = time.perf_counter_ns()
-        window_start = start + int(warmup_s * 1e9)
-        window_end = window_start + int(seconds * 1e9)
-        latencies: list[int] = []
-        errors = 0
-
-        async def closed_loop(worker: int) -> None:
-            nonlocal errors
-            i = worker
-            while True:
-                t0 = time.perf_counter_ns()
-                if t0 >= window_end:
-                    return
-                try:
-                    ok = await call(i % len(rows))
-                except Exception:  # an error answer (4xx/5xx, RPC error, timeout): counted, not fatal
-                    ok = False
-                t1 = time.perf_counter_ns()
-                if window_start <= t1 <= window_end:
-                    if ok:
-                        latencies.append(t1 - t0)
-                    else:
-                        errors += 1
-                i += concurrency
 
         async def snapshot() -> tuple[dict[str, float], tuple[float, ...]]:
             async with scraper.get(metrics_url, timeout=aiohttp.ClientTimeout(total=_TIMEOUT_S)) as resp:
@@ -214,25 +184,18 @@ async def _measure(
             )
             return totals, cpu
 
-        async def bracket() -> tuple[dict[str, float], tuple[float, ...]]:
-            await asyncio.sleep((window_start - time.perf_counter_ns()) / 1e9)
-            before, cpu_before = await snapshot()
-            await asyncio.sleep(max(0.0, (window_end - time.perf_counter_ns()) / 1e9))
-            after, cpu_after = await snapshot()
-            deltas = {k: v - before.get(k, 0.0) for k, v in after.items()}
-            return deltas, tuple(a - b for a, b in zip(cpu_after, cpu_before, strict=True))
-
-        async with asyncio.TaskGroup() as group:
-            for worker in range(concurrency):
-                group.create_task(closed_loop(worker))
-            edges = group.create_task(bracket())
-    metrics, (client_cpu, gateway_cpu, triton_cpu, machine_cpu) = edges.result()
+        loop = await closed_loop(call, len(traffic.rows), plan, snapshot, count_errors=True)
+    (before, cpu_before), (after, cpu_after) = loop.before, loop.after
+    metrics = {k: v - before.get(k, 0.0) for k, v in after.items()}
+    client_cpu, gateway_cpu, triton_cpu, machine_cpu = (
+        a - b for a, b in zip(cpu_after, cpu_before, strict=True)
+    )
     return Window(
         mode=mode,
-        concurrency=concurrency,
-        seconds=seconds,
-        latencies_ns=np.asarray(latencies, dtype=np.int64),
-        errors=errors,
+        concurrency=plan.concurrency,
+        seconds=plan.seconds,
+        latencies_ns=loop.latencies_ns,
+        errors=loop.errors,
         client_cpu_s=client_cpu,
         gateway_cpu_s=gateway_cpu,
         triton_cpu_s=triton_cpu,

@@ -3,9 +3,9 @@
 Two scikit-learn models are each served two ways, on the same machine, in the same run, over HTTP
 with the KServe V2 protocol, one row per request:
 
-- **numeric**: the bench's model (``tests.models.sklearn_classifier``: GradientBoosting, 20 trees
+- **numeric**: the bench's model (``support.models.sklearn_classifier``: GradientBoosting, 20 trees
   of depth 3, in a StandardScaler Pipeline, 5 float features); one ``[1, 5]`` FP32 tensor;
-- **typed**: the demo's fraud detector (``demo.train``: impute + scale 7 numeric columns, one-hot
+- **typed**: the demo's fraud detector (``support.train``: impute + scale 7 numeric columns, one-hot
   2 string columns, GradientBoosting of 20 trees), fitted on a DataFrame of 9 columns. Triton gets
   the exported model's one ``[1, 1]`` input per column (FP32, or BYTES for a string); MLServer a
   DataFrame through its pandas codec (``"content_type": "pd"``, one input per column, strings as
@@ -282,14 +282,14 @@ def export_triton(repo: Path) -> dict[str, str]:
 
 
 def typed_model(root: Path, repo: Path, say: Callable[[str], None]) -> tuple[Any, dict[str, Any], list[str]]:
-    """The demo's fraud detector, trained from a fresh feature store as ``demo.train`` does it,
+    """The demo's fraud detector, trained from a fresh feature store as ``support.train`` does it,
     registered as ``TYPED_MODEL`` and exported (builder defaults) into ``repo``; returns the
     Pipeline, one model row (column -> value, the model's dtypes) and its string columns."""
     import mlflow
 
     from benchmarks.gateway_bench import pick_rows
     from builder.export import ExportRequest, export_model
-    from demo.train import REQUEST_FIELDS, prepare_feature_store, train_and_register
+    from support.train import REQUEST_FIELDS, prepare_feature_store, train_and_register
 
     say("(f) typed model: generating feature data, training the demo's Pipeline, exporting it")
     feature_repo = root / "feature_repo"
@@ -376,8 +376,8 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
     """Train and register both models, export, serve both sides, check they agree, then measure
     each with wrk."""
     from builder.repository.triton_config import ServingOptions
-    from builder.runtime.server import TritonServer
-    from tests import models
+    from builder.runtime.server import ServerOptions, TritonServer
+    from support import models
 
     executable = ensure_venv(say)
     try:
@@ -421,9 +421,8 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
             targets[(model, "MLServer", config)] = (mls_url.format(name + suffix), mls_body)
     server = TritonServer(
         repo,
+        ServerOptions.explicit([*triton_models.values(), TYPED_MODEL]),
         runtime=runtime,
-        model_control_mode="explicit",
-        load_models=[*triton_models.values(), TYPED_MODEL],
         log_path=root / "tritonserver.log",
     )
     points: list[dict[str, Any]] = []

@@ -2,7 +2,7 @@
 
 What it does, start to finish, in a throwaway MLflow registry and model repository:
 
-1. trains the tests' GradientBoosting pipeline (``tests.models.sklearn_classifier``) and
+1. trains the tests' GradientBoosting pipeline (``support.models.sklearn_classifier``) and
    registers it as ``fraud@champion``;
 2. exports it twice with ``builder export``: ``fraud_batch`` (dynamic batching) and
    ``fraud_nobatch`` (none), same ``max_batch_size``, one instance;
@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, only benchmarks/ is on sys.path; the project's `tests.models` and this
+# Run as a script, only benchmarks/ is on sys.path; the project's packages and this
 # package's helpers are imported from the repository root.
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
@@ -54,11 +54,11 @@ from benchmarks import (  # noqa: E402
     ensemble_bench,
     gateway_bench,
     gpu_routes,
-    loadgen,
     peer_bench,
     report,
     shim_bench,
 )
+from support import load  # noqa: E402
 
 _VERSIONED = ("mlflow", "scikit-learn", "onnxruntime", "tritonclient", "grpcio", "numpy")
 MODEL = "fraud"
@@ -101,9 +101,9 @@ def say(message: str) -> None:
 
 def warn_if_busy(sample_s: float = 1.0) -> None:
     """Say so up front when others load the machine: on 2 cores they change every number."""
-    before = loadgen.machine_cpu_seconds()
+    before = load.machine_cpu_seconds()
     time.sleep(sample_s)
-    busy = (loadgen.machine_cpu_seconds() - before) / sample_s
+    busy = (load.machine_cpu_seconds() - before) / sample_s
     if busy > 0.25:
         say(f"warning: the machine is already busy ({busy:.1f} cores in use); results will be noisy")
 
@@ -201,7 +201,7 @@ def measure_triton(
 
     rows = registered.X.iloc[:64].to_numpy(dtype=np.float32)
     window = args.duration / args.rounds
-    segments: dict[tuple[str, int], list[loadgen.Segment]] = {}
+    segments: dict[tuple[str, int], list[load.Segment]] = {}
     # spawn, not fork: the client process must not inherit MLflow, sklearn or their threads.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=1, mp_context=context) as client_process:
@@ -209,8 +209,9 @@ def measure_triton(
             for r in range(args.rounds):
                 for name in (BATCH, NOBATCH) if r % 2 == 0 else (NOBATCH, BATCH):
                     say(f"triton: {name} at concurrency {concurrency}, window {r + 1}/{args.rounds}")
+                    plan = load.Plan(concurrency, args.warmup, window)
                     job = client_process.submit(
-                        loadgen.measure, url, name, rows, concurrency, args.warmup, window, server_pgid
+                        load.measure, url, name, load.float_rows(rows), plan, server_pgid=server_pgid
                     )
                     segments.setdefault((name, concurrency), []).append(job.result())
     return [
@@ -326,8 +327,8 @@ def run(args: argparse.Namespace) -> int:
 
 def run_triton(args: argparse.Namespace, runtime: Any, root: Path) -> dict[str, Any]:
     """(a) and (b): the registry model in-process and the two exports on the embedded Triton."""
-    from builder.runtime.server import TritonServer
-    from tests import models
+    from builder.runtime.server import ServerOptions, TritonServer
+    from support import models
 
     say("training and registering fraud@champion")
     registered = models.sklearn_classifier(MODEL)
@@ -338,9 +339,8 @@ def run_triton(args: argparse.Namespace, runtime: Any, root: Path) -> dict[str, 
 
     server = TritonServer(
         repo,
+        ServerOptions.explicit([BATCH, NOBATCH]),
         runtime=runtime,
-        model_control_mode="explicit",
-        load_models=[BATCH, NOBATCH],
         log_path=root / "tritonserver.log",
     )
     say("starting tritonserver")
@@ -348,7 +348,7 @@ def run_triton(args: argparse.Namespace, runtime: Any, root: Path) -> dict[str, 
     try:
         assert server.pid is not None
         check_answers(server.grpc_url, registered)
-        version = loadgen.triton_version(server.grpc_url)
+        version = load.triton_version(server.grpc_url)
         # The server runs in its own session: its pid is the group of server + stubs.
         points = measure_triton(server.grpc_url, server.pid, registered, args)
     finally:
@@ -372,7 +372,7 @@ def run_triton(args: argparse.Namespace, runtime: Any, root: Path) -> dict[str, 
             "warmup_s": args.warmup,
             "concurrency": args.concurrency,
             "native_seconds": args.native_seconds,
-            "load_generator": "benchmarks/loadgen.py (tritonclient.grpc.aio, closed loop, own process)",
+            "load_generator": "benchmarks/load.py (tritonclient.grpc.aio, closed loop, own process)",
         },
         "per_row": per_row,
         "triton": points,

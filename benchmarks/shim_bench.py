@@ -6,9 +6,9 @@ pays per request (IPC to its stub process, the stub's tensor handling) plus the 
 ``session.run``. This part measures both, side by side, in one server:
 
 1. exports two models into a throwaway repository with ``builder export``'s defaults: the demo's
-   typed fraud detector (``demo.train``: a scikit-learn Pipeline over 9 ``[1]``-shaped columns,
+   typed fraud detector (``support.train``: a scikit-learn Pipeline over 9 ``[1]``-shaped columns,
    2 of them TYPE_STRING, trained from the Feast feature store as ``gateway_bench`` builds it)
-   and a numeric one (``tests.models.sklearn_classifier``: one FP32 ``[5]`` input);
+   and a numeric one (``support.models.sklearn_classifier``: one FP32 ``[5]`` input);
 2. writes beside each an identity Python-backend model with the same inputs, batching and
    instance count that returns its inputs unchanged: the cost of the Python backend alone;
 3. optionally copies of each export with more instances (``--shim-instances 1,2``) and served
@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.loadgen import clock_ticks, machine_cpu_seconds, processes
+from support.load import Plan, clock_ticks, closed_loop, machine_cpu_seconds, processes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TYPED, NUMERIC = "shim_typed", "shim_numeric"
@@ -215,8 +215,8 @@ def build_repo(root: Path, say: Callable[[str], None]) -> Path:
     import mlflow
 
     from builder.export import ExportRequest, export_model
-    from demo.train import prepare_feature_store, train_and_register
-    from tests import models
+    from support import models
+    from support.train import prepare_feature_store, train_and_register
 
     repo = root / "model_repo"
     feature_repo = root / "feature_repo"
@@ -384,45 +384,29 @@ async def _drive(
             inp.set_data_from_numpy(array)
             inputs.append(inp)
         requests.append(inputs)
-    start = time.perf_counter_ns()
-    window_start, window_end = start + int(warmup_s * 1e9), start + int((warmup_s + seconds) * 1e9)
-    latencies: list[int] = []
 
-    async def closed_loop(worker: int) -> None:
-        i = worker
-        while (t0 := time.perf_counter_ns()) < window_end:
-            await client.infer(model, requests[i % len(requests)], client_timeout=_REQUEST_TIMEOUT_S)
-            t1 = time.perf_counter_ns()
-            if window_start <= t1 <= window_end:
-                latencies.append(t1 - t0)
-            i += concurrency
+    async def call(i: int) -> bool:
+        await client.infer(model, requests[i], client_timeout=_REQUEST_TIMEOUT_S)
+        return True
 
     async def stats() -> tuple[int, int]:
         s = (await client.get_inference_statistics(model, client_timeout=_REQUEST_TIMEOUT_S)).model_stats[0]
         return s.inference_count, s.execution_count
 
-    def cpu() -> tuple[float, float, float, float]:
-        return *tree_cpu_seconds(server_pid, model), time.process_time(), machine_cpu_seconds()
+    async def snapshot() -> tuple[tuple[float, ...], tuple[int, ...]]:
+        cpu = (*tree_cpu_seconds(server_pid, model), time.process_time(), machine_cpu_seconds())
+        return cpu, await stats()
 
-    async def edges() -> tuple[tuple[float, ...], tuple[int, ...]]:
-        await asyncio.sleep((window_start - time.perf_counter_ns()) / 1e9)
-        c0, s0 = cpu(), await stats()
-        await asyncio.sleep(max(0.0, (window_end - time.perf_counter_ns()) / 1e9))
-        c1, s1 = cpu(), await stats()
-        return tuple(b - a for a, b in zip(c0, c1, strict=True)), tuple(
-            b - a for a, b in zip(s0, s1, strict=True)
-        )
-
-    try:
-        async with asyncio.TaskGroup() as group:  # one failed request fails the window
-            for worker in range(concurrency):
-                group.create_task(closed_loop(worker))
-            bracket = group.create_task(edges())
+    try:  # one failed request fails the window
+        loop = await closed_loop(call, len(requests), Plan(concurrency, warmup_s, seconds), snapshot)
     finally:
         await client.close()
-    (server_cpu, stub_cpu, client_cpu, machine_cpu), (inferences, executions) = bracket.result()
+    (c0, s0), (c1, s1) = loop.before, loop.after
+    server_cpu, stub_cpu, client_cpu, machine_cpu = (b - a for a, b in zip(c0, c1, strict=True))
+    inferences, executions = (b - a for a, b in zip(s0, s1, strict=True))
+    latencies = loop.latencies_ns
     return Window(
-        model, concurrency, seconds, np.asarray(latencies, dtype=np.int64),
+        model, concurrency, seconds, latencies,
         server_cpu, stub_cpu, client_cpu, machine_cpu, int(inferences), int(executions),
     )  # fmt: skip
 
@@ -576,7 +560,7 @@ def _settings(given: argparse.Namespace) -> argparse.Namespace:
 
 def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """Everything in the module docstring; returns the ``shim`` part of the results."""
-    from builder.runtime.server import TritonServer
+    from builder.runtime.server import ServerOptions, TritonServer
 
     settings = _settings(args)
     root.mkdir(parents=True, exist_ok=True)
@@ -608,9 +592,8 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
     }
     server = TritonServer(
         repo,
+        ServerOptions.explicit(sorted(p.name for p in repo.iterdir() if p.is_dir())),
         runtime=runtime,
-        model_control_mode="explicit",
-        load_models=sorted(p.name for p in repo.iterdir() if p.is_dir()),
         log_path=root / "tritonserver.log",
     )
     say(f"shim: starting tritonserver with {len(targets)} models")
@@ -625,7 +608,7 @@ def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str],
         "settings": {
             "typed_model": "demo fraud Pipeline (impute+scale, one-hot, GradientBoosting 20 trees): "
             "9 [1]-shaped inputs, 2 TYPE_STRING",
-            "numeric_model": "tests.models.sklearn_classifier: StandardScaler + GradientBoosting, "
+            "numeric_model": "support.models.sklearn_classifier: StandardScaler + GradientBoosting, "
             "one FP32 [5] input",
             "window_s": settings.window,
             "warmup_s": settings.warmup,

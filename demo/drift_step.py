@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 from rich.console import Console
 
-from demo.train import ENTITY_KEYS, REQUEST_FIELDS, TRAIN_SHARE
+from support.train import ENTITY_KEYS, REQUEST_FIELDS, TRAIN_SHARE
 
 BASELINE_ROWS = 1000  # twice GATEWAY_DRIFT_MIN_ROWS: PSI's own noise is ~0.01 at this size
 BURST_REPEATS = 2  # the burst: the baseline's rows this many times over, shifted
@@ -47,7 +47,7 @@ MERCHANT_SCORES = ("merchant_risk", "merchant_fraud_rate_30d")
 
 def training_rows(fs: Any, n: int, seed: int) -> list[dict[str, Any]]:
     """``n`` rows drawn (seeded) from the rows the model was fitted on (the point-in-time join's
-    oldest ``TRAIN_SHARE``, as demo/train.py splits it): their entity keys and request fields.
+    oldest ``TRAIN_SHARE``, as support/train.py splits it): their entity keys and request fields.
 
     A row the join left without user features (a user with no snapshot yet at that time: about
     one training row in six) gets a user the online store does not know, so the gateway, on

@@ -261,7 +261,7 @@ def drift(triton_url: str, fs: Any) -> str:
 def main() -> None:
     import mlflow
 
-    from demo.train import prepare_feature_store, train_and_register
+    from support.train import prepare_feature_store, train_and_register
 
     STATE.mkdir(exist_ok=True)
     os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{STATE / 'mlflow.db'}")

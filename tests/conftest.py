@@ -23,7 +23,7 @@ import pytest
 
 from builder.runtime.install import install_runtime
 from builder.runtime.paths import RuntimePaths, default_runtime_dir
-from builder.runtime.server import TritonServer
+from builder.runtime.server import ServerOptions, TritonServer
 
 
 @pytest.fixture(scope="session")
@@ -65,15 +65,17 @@ StartTriton = Callable[..., TritonServer]
 
 @pytest.fixture
 def start_triton(triton_runtime: RuntimePaths, tmp_path: Path) -> Iterator[StartTriton]:
-    """``start_triton(repo, **TritonServer_kwargs)`` -> a started server, stopped at teardown.
+    """``start_triton(repo, **ServerOptions_fields)`` -> a started server, stopped at teardown.
 
     Ports default to free ones; the log goes to ``tmp_path/tritonserver-N.log``.
     """
     servers: list[TritonServer] = []
 
-    def start(repo: Path, *, timeout: float = 120, **kwargs: Any) -> TritonServer:
-        kwargs.setdefault("log_path", tmp_path / f"tritonserver-{len(servers)}.log")
-        server = TritonServer(repo, runtime=triton_runtime, **kwargs)
+    def start(
+        repo: Path, *, timeout: float = 120, log_path: Path | None = None, **options: Any
+    ) -> TritonServer:
+        log_path = log_path or tmp_path / f"tritonserver-{len(servers)}.log"
+        server = TritonServer(repo, ServerOptions(**options), runtime=triton_runtime, log_path=log_path)
         servers.append(server)
         return server.start(timeout=timeout)
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tests.models import _register
+from support.models import _register
 
 COUNTRIES = ["us", "de", "fr", "br", "jp"]
 SKOPS_TYPES = [

@@ -108,19 +108,15 @@ def export(
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout")] = False,
 ) -> None:
     """Export a registry model to ONNX, check parity, and write it into a Triton model repository."""
-    from builder.errors import UsageError
     from builder.export import ExportRequest, export_model
     from builder.tensorrt.options import PlanOptions
 
     def go() -> None:
         _check_files(reference, ensemble_spec, int8_calibration)
-        formats = tuple(format or ["onnx"])
-        bad = sorted(set(formats) - {"onnx", "tensorrt", "all"})
-        if bad:
-            raise UsageError(
-                f"--format {', '.join(bad)}: use onnx, tensorrt or all",
-                hint="--format is onnx, tensorrt or all",
-            )
+        # "all" is the CLI's word for both; ExportRequest checks the rest (and the other options).
+        given = format or ["onnx"]
+        formats = tuple(dict.fromkeys(["onnx", "tensorrt", *given] if "all" in given else given))
+        formats = tuple(f for f in formats if f != "all")
         request = ExportRequest(
             model_uri=model_uri,
             repo=repo,
@@ -147,7 +143,7 @@ def export(
             ensemble_spec=ensemble_spec,
             reference=reference,
             force=force,
-            formats=("onnx", "tensorrt") if "all" in formats else tuple(dict.fromkeys(formats)),
+            formats=formats,
             tensorrt=PlanOptions(
                 precision=plan_precision,
                 opt_batch_size=opt_batch_size,

@@ -21,7 +21,7 @@ from builder.cli.main import app, runtime_app
 from builder.errors import RepositoryError, RuntimeSetupError, UsageError
 from builder.runtime.install import install_runtime
 from builder.runtime.paths import default_runtime_dir, locate_runtime, read_stamp
-from builder.runtime.server import CONTROL_MODES, TritonServer
+from builder.runtime.server import CONTROL_MODES, ServerOptions, TritonServer
 
 console = Console(highlight=False)
 
@@ -120,18 +120,16 @@ def serve(
             f"--load-model {', '.join(missing)}: no such model in {repo}",
             hint="load one of: " + (", ".join(present) or "(the repository has no models)"),
         )
-    server = TritonServer(
-        repo,
+    options = ServerOptions(
         http_port=http_port,
         grpc_port=grpc_port,
         metrics_port=metrics_port,
         model_control_mode=model_control_mode,
         load_models=load_model or (),
-        runtime=locate_runtime(runtime_dir),
         log_verbose=log_verbose,
         address=address,
-        log_path=log_file,
     )
+    server = TritonServer(repo, options, runtime=locate_runtime(runtime_dir), log_path=log_file)
     console.print(f"starting Triton on {repo} (mode {model_control_mode}) ...")
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:

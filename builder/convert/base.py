@@ -126,6 +126,8 @@ def normalize_outputs(model: onnx.ModelProto, probe: dict[str, np.ndarray]) -> o
     """
     import onnxruntime as ort
 
+    # A session of its own: this graph is not the final one (its outputs are re-declared here),
+    # so the export's one session of the final graph (parity.compare.GraphSession) comes after.
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     actual = dict(zip([o.name for o in session.get_outputs()], session.run(None, probe), strict=True))
     graph = model.graph

@@ -17,6 +17,7 @@ from typing import Any
 from builder.errors import UsageError
 from builder.kinds import ModelKind
 from builder.registry.client import RegistryModel
+from builder.registry.run_artifacts import Refusal, fetch_run_artifact
 from builder.tensors import TensorSpec
 
 RUN_ARTIFACT = "serving/ensemble.json"
@@ -48,7 +49,7 @@ class EnsembleSpec:
 
 
 def load_spec(
-    model: RegistryModel, spec_file: Path | None, workdir: Path | None = None, *, required: bool = True
+    model: RegistryModel, spec_file: Path | None, workdir: Path, *, required: bool = True
 ) -> EnsembleSpec | None:
     """The spec from ``spec_file``, else from the model's run (downloaded into ``workdir``, the
     export's scratch folder, so that nothing outlives the export); a threshold param overrides.
@@ -122,32 +123,22 @@ def typed_post(spec: EnsembleSpec, kind: ModelKind | None, outputs: Sequence[Ten
     return TypedPost(post, tuple(kind.classes), dtype)
 
 
-def _run_artifact(model: RegistryModel, workdir: Path | None, required: bool) -> Any:
-    import mlflow
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
+def _run_artifact(model: RegistryModel, workdir: Path, required: bool) -> Any:
+    refusal = Refusal(
+        f"--ensemble: the run {model.run_id} of {model.ref} has no readable {RUN_ARTIFACT}",
+        hint="log it with mlflow.log_dict(spec, 'serving/ensemble.json'), log serving steps "
+        "under serving/steps/ (docs/user-steps.md), or pass --ensemble-spec FILE",
+        reason=False,
+    )
+    path = fetch_run_artifact(
+        model.run_id, RUN_ARTIFACT, workdir / "ensemble-spec", refusal, optional=not required
+    )
+    if path is None:
+        return None
     try:
-        if not required:
-            folder = RUN_ARTIFACT.rsplit("/", 1)[0]
-            listed = {a.path for a in MlflowClient().list_artifacts(model.run_id, folder)}
-            if RUN_ARTIFACT not in listed:
-                return None
-        # Without dst_path MLflow downloads into a fresh temp folder it never removes.
-        dst = None
-        if workdir is not None:
-            dst = workdir / "ensemble-spec"
-            dst.mkdir(parents=True, exist_ok=True)
-        path = mlflow.artifacts.download_artifacts(
-            run_id=model.run_id, artifact_path=RUN_ARTIFACT, dst_path=str(dst) if dst else None
-        )
-        return json.loads(Path(path).read_text())
-    except (MlflowException, OSError, json.JSONDecodeError) as exc:
-        raise UsageError(
-            f"--ensemble: the run {model.run_id} of {model.ref} has no readable {RUN_ARTIFACT}",
-            hint="log it with mlflow.log_dict(spec, 'serving/ensemble.json'), log serving steps "
-            "under serving/steps/ (docs/user-steps.md), or pass --ensemble-spec FILE",
-        ) from exc
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise refusal.error(exc) from exc
 
 
 def spec_file(spec: dict[str, Any]) -> bytes:

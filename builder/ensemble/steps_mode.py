@@ -30,11 +30,11 @@ from builder.ensemble.graphs import (
     postprocess_graph,
     preprocess_graph,
 )
+from builder.ensemble.plan import WrappedModel
 from builder.ensemble.spec import EnsembleSpec, checked_input, spec_file, takes_typed_inputs, typed_post
 from builder.ensemble.user_step_models import StepModel, user_step_artifact
 from builder.ensemble.user_steps import UserStep
 from builder.ensemble.wiring import Node, Port, wire
-from builder.kinds import ModelKind
 from builder.repository.triton_config import (
     ServingOptions,
     ensemble_config,
@@ -80,25 +80,22 @@ def _post_step(
 
 
 def ensemble_artifacts(
-    name: str,
-    model_inputs: tuple[TensorSpec, ...],
-    model_outputs: tuple[TensorSpec, ...],
+    model: WrappedModel,
     spec: EnsembleSpec | None,
-    options: ServingOptions,
-    parameters: dict[str, str] | None = None,
-    version: int = -1,
-    user_steps: Sequence[UserStep] = (),
     *,
-    kind: ModelKind | None = None,
-    layout: str = "matrix",
+    parameters: dict[str, str] | None = None,
+    user_steps: Sequence[UserStep] = (),
     step_models: Mapping[str, StepModel] | None = None,
 ) -> list[ModelArtifact]:
     """``--ensemble-mode steps``: the Triton ensemble ``NAME_ensemble`` around the exported
-    model ``name``: the run's pre steps, the generated preprocess ONNX model (with a spec), the
-    model, the generated postprocess, the run's post steps. Every step runs ``version`` (the
-    version this export writes); only the model batches with a queue delay. A model with typed
-    inputs (``layout``) gets no preprocess and a postprocess over ``kind``'s classes.
-    ``step_models``: the registered-model user steps, exported (by step name)."""
+    model: the run's pre serving steps, the generated preprocess ONNX model (with a spec), the
+    model, the generated postprocess, the run's post serving steps. Every stage runs
+    ``model.version`` (the version this export writes); only the model batches with a queue
+    delay. A model with typed inputs (``model.layout``) gets no preprocess and a postprocess
+    over ``model.kind``'s classes. ``step_models``: the registered-model serving steps,
+    exported (by step name)."""
+    name, options, version, kind = model.name, model.options, model.version, model.kind
+    model_inputs, model_outputs = model.inputs, model.outputs
     step_options = step_serving_options(options)
     batched = options.max_batch_size > 0
     artifacts: list[ModelArtifact] = []
@@ -107,7 +104,7 @@ def ensemble_artifacts(
     model_reads = {t.name: t.name for t in model_inputs}
     model_writes = list(model_outputs)
     outputs = [o.name for o in model_outputs]
-    typed = spec is not None and takes_typed_inputs(layout, model_inputs)
+    typed = spec is not None and takes_typed_inputs(model.layout, model_inputs)
     post_plan = typed_post(spec, kind, model_outputs) if spec is not None and typed else None
     if post_plan is not None:
         probs = next(o for o in model_outputs if o.name == "probabilities")

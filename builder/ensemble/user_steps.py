@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import UsageError
+from builder.registry.run_artifacts import Refusal, fetch_run_artifact
 from builder.registry.uri import ModelURI, parse_model_uri
 from builder.repository.validate import python_model_problem
 from builder.tensors import dtype_from_triton
@@ -225,21 +226,10 @@ def read_step_dirs(root: Path, source: str) -> list[UserStep]:
 def load_run_steps(run_id: str, workdir: Path) -> list[UserStep]:
     """The run's ``serving/steps/*`` (none: an empty list), downloaded into the export's
     scratch folder ``workdir``."""
-    import mlflow
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
     source = f"runs:/{run_id}/{RUN_STEPS}"
-    try:
-        listed = MlflowClient().list_artifacts(run_id, RUN_STEPS)
-        if not listed:
-            return []
-        dst = workdir / "user-steps"
-        dst.mkdir(parents=True, exist_ok=True)
-        path = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=RUN_STEPS, dst_path=str(dst))
-    except (MlflowException, OSError) as exc:
-        raise UsageError(
-            f"cannot read the run's serving steps {source}: {exc}",
-            hint="check that the artifact store the registry points at is reachable",
-        ) from exc
-    return read_step_dirs(Path(path), source)
+    refusal = Refusal(
+        f"cannot read the run's serving steps {source}",
+        hint="check that the artifact store the registry points at is reachable",
+    )
+    path = fetch_run_artifact(run_id, RUN_STEPS, workdir / "user-steps", refusal, optional=True)
+    return [] if path is None else read_step_dirs(path, source)

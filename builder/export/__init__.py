@@ -1,8 +1,8 @@
 """``builder export``: registry model -> ONNX -> parity -> Triton model repository.
 
 One context (context.py) filled in by a short list of steps (steps.py), run and timed by
-run.py; describe.py says what is written for the model, drift_reference.py computes the drift
-reference. What callers import is re-exported here.
+run.py; describe.py says what is written for the model (its ensemble's: builder/ensemble/),
+drift_reference.py computes the drift reference. What callers import is re-exported here.
 """
 
 from builder.export.context import FORMATS, ExportRequest, ExportResult, StepStatus

@@ -17,11 +17,13 @@ import onnx
 
 from builder.convert import DEFAULT_OPSET
 from builder.convert.base import FlavorConverter
+from builder.ensemble.plan import MODES, EnsemblePlan
 from builder.ensemble.user_step_models import StepModel
 from builder.ensemble.user_steps import UserStep
+from builder.errors import UsageError
 from builder.export.drift_reference import Drift
 from builder.kinds import ModelKind
-from builder.parity.compare import DEFAULT_ATOL, DEFAULT_RTOL, ParityReport
+from builder.parity.compare import DEFAULT_ATOL, DEFAULT_RTOL, GraphSession, ParityReport
 from builder.parity.rows import Feeds
 from builder.registry.client import RegistryModel
 from builder.registry.signature import ModelInputs
@@ -39,7 +41,9 @@ FORMATS = ("onnx", "tensorrt")
 
 @dataclass(frozen=True)
 class ExportRequest:
-    """Everything ``builder export`` was asked, validated once by the CLI."""
+    """Everything ``builder export`` was asked; the options are checked against each other here,
+    once, whoever builds the request (the CLI or a script). Files are the CLI's to check (it
+    refuses a missing or unreadable one before anything is loaded)."""
 
     model_uri: str
     repo: Path
@@ -51,11 +55,25 @@ class ExportRequest:
     opset: int = DEFAULT_OPSET
     ensemble: bool = False
     ensemble_spec: Path | None = None
-    ensemble_mode: str = "steps"  # steps: NAME_pre/postprocess + a Triton ensemble; fused: one graph
+    ensemble_mode: str = "steps"  # steps or fused (builder/ensemble/plan.py MODES)
     reference: Path | None = None  # drift reference rows (Parquet); None: the run's serving/reference.parquet
     force: bool = False
     formats: tuple[str, ...] = ("onnx",)
     tensorrt: PlanOptions = field(default_factory=PlanOptions)  # used with "tensorrt" in formats
+
+    def __post_init__(self) -> None:
+        if self.ensemble_spec is not None and not self.ensemble:
+            raise UsageError("--ensemble-spec needs --ensemble")
+        if self.ensemble_mode != "steps" and not self.ensemble:
+            raise UsageError("--ensemble-mode needs --ensemble")
+        if self.ensemble_mode not in MODES:
+            raise UsageError(f"--ensemble-mode {self.ensemble_mode!r}: use steps or fused")
+        unknown = set(self.formats) - set(FORMATS)
+        if unknown:
+            raise UsageError(
+                f"--format {', '.join(sorted(unknown))}: use onnx, tensorrt or all",
+                hint="--format is onnx, tensorrt or all",
+            )
 
 
 @dataclass(frozen=True)
@@ -103,65 +121,46 @@ Progress = Callable[[str], Any]
 
 @dataclass
 class ExportContext:
+    """One export's state: what it was asked, then what its steps found, each datum under one
+    name. The fields without a default are set by the step named beside them, in pipeline order
+    (builder/export/steps.py); reading one before its step ran raises AttributeError, as a step
+    run out of order is a bug. (Left out of the repr: unset, they would break it; set, most are
+    large.)
+
+    Vocabulary: a *step* is a step of this pipeline; the members of an ensemble are its
+    *stages*, of which the run's own (``serving/steps/``) are its *serving steps*."""
+
     request: ExportRequest
     uri: ModelURI
     name: str
     workdir: Path
-    preflight: Preflight | None = None
-    # filled in by the steps, in this order
-    model: RegistryModel | None = None
-    converter: FlavorConverter | None = None
-    inputs: ModelInputs | None = None
-    native: Any = None
-    kind: ModelKind | None = None
-    example: dict[str, np.ndarray] | None = None
-    feeds: Feeds | None = None
-    onnx_model: onnx.ModelProto | None = None
-    parity: ParityReport | None = None
-    drift: Drift | None = None
-    user_steps: list[UserStep] = field(default_factory=list)  # the run's serving/steps/
-    step_exports: dict[str, ExportContext] = field(default_factory=dict)  # registered-model steps
-    step_models: dict[str, StepModel] = field(default_factory=dict)  # ... exported, by step name
+    preflight: Preflight | None = None  # None: no --format tensorrt
+    # set by Resolve
+    model: RegistryModel = field(init=False, repr=False)
+    converter: FlavorConverter = field(init=False, repr=False)
+    inputs: ModelInputs = field(init=False, repr=False)  # what is served (the converter decides)
+    # --ensemble: ServingSteps, StepModels, PlanEnsemble
+    serving_steps: tuple[UserStep, ...] = ()  # the run's serving/steps/
+    step_exports: dict[str, ExportContext] = field(default_factory=dict)  # registered-model serving steps
+    step_models: dict[str, StepModel] = field(default_factory=dict)  # ... exported, by serving step name
+    ensemble: EnsemblePlan | None = None  # None: no --ensemble
+    # set by Load
+    native: Any = field(init=False, repr=False)
+    kind: ModelKind = field(init=False, repr=False)
+    example: dict[str, np.ndarray] | None = field(init=False, repr=False)  # None: no usable input example
+    # set by ParityRows, Convert, Parity
+    feeds: Feeds = field(init=False, repr=False)
+    graph: onnx.ModelProto = field(init=False, repr=False)  # the final ONNX graph
+    session: GraphSession = field(init=False, repr=False)  # its one onnxruntime session
+    parity: ParityReport = field(init=False, repr=False)
+    onnx_outputs: dict[str, np.ndarray] = field(init=False, repr=False)  # the session's outputs on the feeds
+    # set by Reference (a serving step's export: by _step_export), Describe, Plan, Write
+    drift: Drift = field(init=False, repr=False)
     artifacts: list[ModelArtifact] = field(default_factory=list)
-    plan_parity: ParityReport | None = None
+    plan_parity: ParityReport | None = None  # None: no plan
     written: list[WriteResult] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # printed as `warning:` lines; the export goes on
 
-    # Typed views of what an earlier step must have set (a step run out of order is a bug).
-    @property
-    def registry_model(self) -> RegistryModel:
-        return _set(self.model, "model")
-
-    @property
-    def served(self) -> ModelInputs:
-        return _set(self.inputs, "inputs")
-
-    @property
-    def flavor(self) -> FlavorConverter:
-        return _set(self.converter, "converter")
-
-    @property
-    def parity_feeds(self) -> Feeds:
-        return _set(self.feeds, "feeds")
-
-    @property
-    def graph(self) -> onnx.ModelProto:
-        return _set(self.onnx_model, "onnx_model")
-
-    @property
-    def parity_report(self) -> ParityReport:
-        return _set(self.parity, "parity")
-
-    @property
-    def model_kind(self) -> ModelKind:
-        return _set(self.kind, "kind")
-
     @property
     def version(self) -> int:
-        return self.registry_model.version or 1
-
-
-def _set(value: Any, what: str) -> Any:
-    if value is None:
-        raise RuntimeError(f"export step ran before {what} was set")
-    return value
+        return self.model.version or 1

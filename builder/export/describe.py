@@ -1,4 +1,6 @@
-"""What an export writes for one model: config.pbtxt, model.onnx, warm-up rows, metadata.json.
+"""What an export writes for one model: config.pbtxt, model.onnx, warm-up rows, metadata.json;
+with ``--ensemble``, the ensemble's models beside it (builder/ensemble/artifacts.py, from the
+plan made before conversion), whose drift record is decided here.
 
 The serving contract (docs/serving-contract.md) is written here, once, into both the config's
 ``parameters`` (for clients that only see Triton) and ``metadata.json`` (for tools that read
@@ -120,7 +122,7 @@ def _identity(request: ExportRequest, model: RegistryModel) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
-def ensemble_drift(drift: Drift, preprocess: dict[str, Any], user_steps: bool = False) -> Drift:
+def ensemble_drift(drift: Drift, preprocess: dict[str, Any], serving_steps: bool = False) -> Drift:
     """The ensemble's drift record. Its clients send the values *before* its preprocess step, and
     the reference bins the model's own inputs (after it): the same bins only when the preprocess
     changes nothing; otherwise drift is off for the ensemble rather than a false alarm. The run's
@@ -128,7 +130,7 @@ def ensemble_drift(drift: Drift, preprocess: dict[str, Any], user_steps: bool = 
     know, so an ensemble with any has drift off too."""
     if drift.reference is None:
         return drift
-    if user_steps:
+    if serving_steps:
         return Drift(
             None,
             "the ensemble runs the run's own serving steps, which may change its inputs or "
@@ -147,21 +149,21 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
     """The exported model's artifact, plus the ensemble's when asked."""
     from builder.parity.rows import example_digest
 
-    request, model, inputs, graph = ctx.request, ctx.registry_model, ctx.served, ctx.graph
+    request, model, inputs, graph = ctx.request, ctx.model, ctx.inputs, ctx.graph
     outputs = graph_tensors(graph.graph.output)
     options = request.serving
     if options.max_batch_size > 0 and not all(t.batched for t in (*inputs.tensors, *outputs)):
         raise UsageError(
             f"{model.ref} has tensors without a variable batch dimension; export with --max-batch-size 0"
         )
-    facts = serving_facts(model, inputs, ctx.model_kind, graph)
+    facts = serving_facts(model, inputs, ctx.kind, graph)
     params = serving_parameters(model, facts)
-    drift = ctx.drift or Drift(None, "not computed")
+    drift = ctx.drift
     reference = drift.parameter()
     if reference is not None:  # the gateway reads it from Triton with the serving contract
         params["drift.reference"] = reference
     # Warm-up sends the first parity row (the input example's, when there is one).
-    first = ctx.parity_feeds.head(1)
+    first = ctx.feeds.head(1)
     warmup = {f"warmup/{t.name}": warmup_bytes(t, first[t.name]) for t in inputs.tensors}
     config = onnx_model_config(
         ctx.name,
@@ -190,7 +192,7 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
         },
         "serving": facts,
         "input_example_sha256": example_digest(ctx.example) if ctx.example is not None else None,
-        "parity": ctx.parity_report.to_dict(),
+        "parity": ctx.parity.to_dict(),
         "drift": drift.to_metadata(),
         "onnx": {"opset": opset_of(graph), "sha256": hashlib.sha256(onnx_bytes).hexdigest()},
         # Run and version tags carry what serving needs to know from training, e.g. the Feast
@@ -209,75 +211,40 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
             identity=_identity(request, model),
         )
     ]
-    if request.ensemble:
-        from builder.ensemble.fused import FusedModel, fused_artifact
-        from builder.ensemble.spec import load_spec, takes_typed_inputs, typed_spec
-        from builder.ensemble.steps_mode import ensemble_artifacts
-
-        # The run's own steps make the generated ones optional (a run may log only its own); a
-        # typed model's post-only steps need no spec (its classes are the model's).
-        typed = takes_typed_inputs(inputs.layout, inputs.tensors)
-        required = not ctx.user_steps and not typed
-        spec = load_spec(model, request.ensemble_spec, ctx.workdir, required=required)
-        if spec is None and typed and not ctx.user_steps:
-            spec = typed_spec(model)
-        ens_drift = ensemble_drift(drift, spec.preprocess if spec is not None else {}, bool(ctx.user_steps))
-        ens_params = {k: v for k, v in params.items() if k != "drift.reference"}
-        if ens_drift.parameter() is not None:
-            ens_params["drift.reference"] = str(ens_drift.parameter())
-        if request.ensemble_mode == "fused":
-            assert spec is not None  # ServingSteps refuses fused with user steps
-            fused = FusedModel(
-                ctx.name,
-                graph,
-                spec,
-                options,
-                ens_params,
-                warmup,
-                artifacts[0].identity,
-                kind=ctx.model_kind,
-                layout=inputs.layout,
-            )
-            extra = [fused_artifact(fused)]
-        else:
-            extra = ensemble_artifacts(
-                ctx.name,
-                inputs.tensors,
-                outputs,
-                spec,
-                options,
-                parameters=ens_params,
-                version=ctx.version,
-                user_steps=ctx.user_steps,
-                kind=ctx.model_kind,
-                layout=inputs.layout,
-                step_models=ctx.step_models,
-            )
-        for art in extra:
-            # A registered-model step keeps its own source (the model its ONNX graph was
-            # converted from, whose parity it records); ``export`` names the export that wrote
-            # it beside the ensemble, which `builder validate`'s one-export check reads.
-            own = art.metadata.get("source")
-            art.metadata.update(
-                {
-                    "source": metadata["source"],
-                    "ensemble_spec": spec.source if spec is not None else None,
-                    "ensemble_mode": request.ensemble_mode,
-                    "builder_version": __version__,
-                    **({"drift": ens_drift.to_metadata()} if art.name == f"{ctx.name}_ensemble" else {}),
-                }
-            )
-            if own is not None:
-                art.metadata["source"], art.metadata["export"] = own, metadata["source"]
-        if ctx.user_steps:
-            extra[-1].metadata["user_steps"] = [
-                {
-                    "name": s.name,
-                    "position": s.position,
-                    "source": s.source,
-                    **({"model": s.model.raw} if s.model is not None else {}),
-                }
-                for s in ctx.user_steps
-            ]
-        artifacts += extra
+    if ctx.ensemble is not None:
+        artifacts += _ensemble(ctx, artifacts[0], params, drift)
     return artifacts
+
+
+def _ensemble(
+    ctx: ExportContext, main: ModelArtifact, params: dict[str, str], drift: Drift
+) -> list[ModelArtifact]:
+    """The ensemble's models (builder/ensemble/artifacts.py), with its own drift record."""
+    from builder.ensemble.artifacts import ensemble_models
+    from builder.ensemble.plan import WrappedModel
+
+    plan = ctx.ensemble
+    assert plan is not None  # only asked with --ensemble
+    spec = plan.spec
+    ens_drift = ensemble_drift(drift, spec.preprocess if spec is not None else {}, bool(plan.serving_steps))
+    ens_params = {k: v for k, v in params.items() if k != "drift.reference"}
+    if ens_drift.parameter() is not None:
+        ens_params["drift.reference"] = str(ens_drift.parameter())
+    model = WrappedModel(
+        ctx.name,
+        ctx.inputs.tensors,
+        graph_tensors(ctx.graph.graph.output),
+        ctx.request.serving,
+        kind=ctx.kind,
+        layout=ctx.inputs.layout,
+        version=ctx.version,
+    )
+    return ensemble_models(
+        main,
+        ctx.graph,
+        model,
+        plan,
+        parameters=ens_params,
+        drift=ens_drift.to_metadata(),
+        step_models=ctx.step_models,
+    )

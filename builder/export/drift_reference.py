@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 import pandas as pd
 
 from builder.errors import UsageError, first_line
 from builder.kinds import ModelKind
-from builder.parity.compare import run_onnx
+from builder.parity.compare import GraphSession
 from builder.parity.rows import example_tensors
+from builder.registry.run_artifacts import Refusal, fetch_run_artifact
 from builder.registry.signature import Column, ModelInputs
 
 FORMAT = 1
@@ -32,7 +32,7 @@ MAX_ROWS = 20_000
 SEED = 0
 TOP_CATEGORIES = 20
 QUANTILES = [i / 10 for i in range(1, 10)]
-_BATCH = 4096  # rows per onnxruntime call: bounded memory for wide models
+_BATCH = 4096  # rows per onnxruntime call (one session, many calls): bounded memory for wide models
 _HINT = "write the model's input columns as the model was trained on them (see demo/train.py model_frame)"
 
 
@@ -159,10 +159,10 @@ def column_values(series: pd.Series, column: Column, label: str) -> Any:
 
 
 def compute_reference(
-    frame: pd.DataFrame, inputs: ModelInputs, kind: ModelKind, graph: onnx.ModelProto, source: str
+    frame: pd.DataFrame, inputs: ModelInputs, kind: ModelKind, graph: GraphSession, source: str
 ) -> dict[str, Any]:
     """The reference object of docs/drift.md from ``frame`` (the model's input columns; others
-    are ignored), the served columns, the model kind and the exported graph."""
+    are ignored), the served columns, the model kind and the exported graph (its session)."""
     missing = [c.name for c in inputs.columns if c.name not in frame.columns]
     if missing:
         raise UsageError(f"{source} lacks the model column(s) {', '.join(missing)}", hint=_HINT)
@@ -191,7 +191,7 @@ def compute_reference(
 
 
 def _predict(
-    frame: pd.DataFrame, inputs: ModelInputs, graph: onnx.ModelProto, source: str
+    frame: pd.DataFrame, inputs: ModelInputs, graph: GraphSession, source: str
 ) -> dict[str, np.ndarray]:
     """The graph's outputs on the rows Triton could be sent: an int64 or bool column has no
     missing value on the wire, so rows with a null there are left out of the prediction."""
@@ -202,7 +202,7 @@ def _predict(
         feeds = example_tensors(rows.iloc[start : start + _BATCH], inputs)
         assert feeds is not None  # every model column is in the frame (checked above)
         try:
-            parts.append(run_onnx(graph, feeds))
+            parts.append(graph.run(feeds))
         except Exception as exc:  # onnxruntime refusing these rows
             first = first_line(exc)
             raise UsageError(f"the exported model cannot score the rows of {source}: {first}") from exc
@@ -241,27 +241,10 @@ def read_frame(path: Path, label: str) -> pd.DataFrame:
 def run_reference_file(run_id: str, workdir: Path) -> Path | None:
     """The run's ``serving/reference.parquet``, downloaded into the export's scratch folder;
     None when the run has none."""
-    import mlflow
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
     if not run_id:
         return None
-    folder, _, name = RUN_ARTIFACT.rpartition("/")
-    try:
-        listed = {Path(f.path).name for f in MlflowClient().list_artifacts(run_id, folder)}
-    except MlflowException:
-        return None
-    if name not in listed:
-        return None
-    dst = workdir / "reference"
-    dst.mkdir(parents=True, exist_ok=True)
-    try:
-        return Path(
-            mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path=RUN_ARTIFACT, dst_path=str(dst))
-        )
-    except (MlflowException, OSError) as exc:
-        raise UsageError(f"cannot download runs:/{run_id}/{RUN_ARTIFACT}: {exc}") from exc
+    refusal = Refusal(f"cannot download runs:/{run_id}/{RUN_ARTIFACT}")
+    return fetch_run_artifact(run_id, RUN_ARTIFACT, workdir / "reference", refusal, optional=True)
 
 
 @dataclass(frozen=True)
@@ -271,7 +254,7 @@ class Source:
     run_id: str
     inputs: ModelInputs
     kind: ModelKind
-    graph: onnx.ModelProto
+    graph: GraphSession  # the export's one session of the final graph
     reference_file: Path | None  # --reference; None: the run's artifact
     workdir: Path
 

@@ -1,10 +1,14 @@
 """``builder export``: registry model -> ONNX -> parity -> Triton model repository.
 
-The export is one context (``ExportContext``), built up by a short list of small steps
-(builder/export/steps.py), each reporting a status line: resolve the registry model, load it and say
-what it is, build the parity rows, convert, check parity, compute the drift reference,
-describe the artifacts, (build a plan), write. Nothing touches the repository until every
-step before the write has passed, so any refusal leaves it unchanged.
+The export is one context (``ExportContext``, builder/export/context.py), built up by a short list
+of small steps (builder/export/steps.py), each reporting a status line: resolve the registry model;
+with ``--ensemble``, read the run's serving steps (resolving the registered-model ones) and plan
+the ensemble; load the model and say what it is, build the parity rows, convert, check parity,
+compute the drift reference, (export the registered-model serving steps), describe the
+artifacts, (build a plan), write. The request's options were checked when it was made
+(``ExportRequest``); this module adds the model name, the TensorRT preflight and the scratch
+folder. Nothing touches the repository until every step before the write has passed, so any
+refusal leaves it unchanged.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from builder.errors import UsageError
-from builder.export.context import FORMATS, ExportContext, ExportRequest, ExportResult, Progress, StepStatus
+from builder.export.context import ExportContext, ExportRequest, ExportResult, Progress, StepStatus
 from builder.export.steps import pipeline
 from builder.registry.uri import parse_model_uri
 from builder.repository.names import validate_model_name
@@ -32,18 +36,6 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
     if request.name is None and not uri.is_registry:
         raise UsageError(f"{uri.raw} has no registry name", hint="pass --name for runs:/ URIs")
     name = validate_model_name(request.name or uri.name or "")
-    if request.ensemble_spec is not None and not request.ensemble:
-        raise UsageError("--ensemble-spec needs --ensemble")
-    if request.ensemble_mode != "steps" and not request.ensemble:
-        raise UsageError("--ensemble-mode needs --ensemble")
-    if request.ensemble_mode not in ("steps", "fused"):
-        raise UsageError(f"--ensemble-mode {request.ensemble_mode!r}: use steps or fused")
-    unknown = set(request.formats) - set(FORMATS)
-    if unknown:
-        raise UsageError(
-            f"--format {', '.join(sorted(unknown))}: use onnx, tensorrt or all",
-            hint="--format is onnx, tensorrt or all",
-        )
     preflight = None
     if "tensorrt" in request.formats:
         from builder.tensorrt.plan import preflight as plan_preflight  # fails fast, before any download
@@ -61,7 +53,7 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
         return ExportResult(
             name=name,
             version=ctx.version,
-            parity=ctx.parity_report,
+            parity=ctx.parity,
             written=ctx.written,
             steps=timer.done,
             plan_parity=ctx.plan_parity,

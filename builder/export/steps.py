@@ -1,9 +1,11 @@
 """The export's steps over one context (after Model Navigator's execution context).
 
-``ExportContext`` is built once per export and filled in as the steps run: the registry
-model, its served inputs, the native model and what it is, the parity rows, the ONNX graph,
-the parity report, the drift reference, the artifacts, what was written. Each step reads what
-earlier steps left and returns one status line; nothing is loaded or run twice.
+``ExportContext`` (export/context.py) is built once per export and filled in as the steps run:
+the registry model and its served inputs; with ``--ensemble``, the run's serving steps and the
+ensemble plan (before any conversion, so that what the ensemble lacks is refused at once); the
+native model and what it is, the parity rows, the ONNX graph and its one onnxruntime session,
+the parity report, the drift reference, the artifacts, (the plan), what was written. Each step
+reads what earlier steps left and returns one status line; nothing is loaded or run twice.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from builder.convert import converter_for
 from builder.convert.base import normalize_outputs
+from builder.ensemble.plan import plan_ensemble
 from builder.ensemble.user_step_models import StepModel, step_model_name, step_options
 from builder.ensemble.user_steps import UserStep, load_run_steps
 from builder.errors import BuilderError, ConversionError, ParityError, UsageError, first_line
-from builder.export.context import ExportContext, _set
+from builder.export.context import ExportContext
 from builder.export.describe import model_artifacts, opset_of
 from builder.export.drift_reference import Drift, Source, drift_for
 from builder.kinds import ModelKind
-from builder.parity.compare import compare, require_pass, run_onnx
+from builder.parity.compare import GraphSession, compare, require_pass
 from builder.parity.rows import build_feeds, example_digest, example_tensors
 from builder.registry.client import RegistryModel, fetch_model, tracking_uri
 from builder.registry.signature import ModelInputs, inputs_from_signature
@@ -32,7 +35,7 @@ from builder.repository.write import write_models
 from builder.tensors import check_model, graph_tensors
 
 if TYPE_CHECKING:
-    pass
+    from builder.tensorrt.plan import Preflight
 
 Timed = Callable[[str, Callable[[], Any], Callable[[Any], str]], Any]
 
@@ -56,8 +59,8 @@ class Resolve(Step):
         ctx.model = model
         ctx.converter = converter_for(model.flavor, output_names=_output_names(model))
         signed = inputs_from_signature(model.mlmodel.signature, model_ref=model.ref)
-        ctx.inputs = ctx.flavor.served_inputs(signed)
-        return f"{model.ref} ({model.flavor}, run {model.run_id[:8]}), {_layout_line(ctx.served)}"
+        ctx.inputs = ctx.converter.served_inputs(signed)
+        return f"{model.ref} ({model.flavor}, run {model.run_id[:8]}), {_layout_line(ctx.inputs)}"
 
 
 def _output_names(model: RegistryModel) -> list[str] | None:
@@ -88,12 +91,12 @@ class ServingSteps(Step):
         return "read the run's serving steps"
 
     def run(self, ctx: ExportContext, timed: Timed) -> str:
-        ctx.user_steps = load_run_steps(ctx.registry_model.run_id, ctx.workdir)
-        if not ctx.user_steps:
+        ctx.serving_steps = tuple(load_run_steps(ctx.model.run_id, ctx.workdir))
+        if not ctx.serving_steps:
             return "none (generated steps only)"
-        names = ", ".join(f"{s.name} ({s.position})" for s in ctx.user_steps)
+        names = ", ".join(f"{s.name} ({s.position})" for s in ctx.serving_steps)
         if ctx.request.ensemble_mode == "fused":
-            python = any(s.model is None for s in ctx.user_steps)
+            python = any(s.model is None for s in ctx.serving_steps)
             raise UsageError(
                 f"--ensemble-mode fused cannot fuse the run's serving step(s) {names}: "
                 + (
@@ -108,7 +111,7 @@ class ServingSteps(Step):
 
 
 class StepModels(Step):
-    """The run's registered-model steps (``"model": "models:/NAME@ALIAS"``): each exported
+    """The run's registered-model serving steps (``"model": "models:/NAME@ALIAS"``): each exported
     through the normal path (resolve, load, parity rows, convert, parity, describe: its own
     conversion, parity and serving facts) as the ONNX model ``NAME_<step>``. ``resolve`` runs
     first, before any conversion work (a step naming no model is refused at once); the rest
@@ -123,7 +126,7 @@ class StepModels(Step):
         return None
 
     def run(self, ctx: ExportContext, timed: Timed) -> str:
-        for step in ctx.user_steps:
+        for step in ctx.serving_steps:
             if step.model is None:
                 continue
             sub = ctx.step_exports.get(step.name) or _step_export(ctx, step, step.model)
@@ -140,8 +143,8 @@ class StepModels(Step):
 
 
 def _step_export(ctx: ExportContext, step: UserStep, uri: ModelURI) -> ExportContext:
-    """The export context of a registered-model step: the main request's conversion settings,
-    the step's serving options, no ensemble, no plan, no drift reference."""
+    """The export context of a registered-model serving step: the main request's conversion
+    settings, the serving step's options, no ensemble, no plan, no drift reference."""
     name = step_model_name(ctx.name, step)
     request = dataclasses.replace(
         ctx.request,
@@ -163,8 +166,8 @@ def _step_export(ctx: ExportContext, step: UserStep, uri: ModelURI) -> ExportCon
 
 
 def _run_for_step(step: UserStep, sub: ExportContext, part: Step, timed: Timed) -> None:
-    """One export step of a registered-model step, its status line and its refusal (exit code
-    kept) naming the step."""
+    """One export step of a registered-model serving step, its status line and its refusal (exit
+    code kept) naming the serving step."""
     try:
         timed(f"{step.label}: {part.title(sub)}", functools.partial(part.run, sub, timed), str)
     except BuilderError as exc:
@@ -173,14 +176,38 @@ def _run_for_step(step: UserStep, sub: ExportContext, part: Step, timed: Timed) 
         raise type(exc)(f"{step.label} ({sub.uri.raw}): {exc.message}", hint=exc.hint) from exc
 
 
+class PlanEnsemble(Step):
+    """``--ensemble``: what the ensemble will be (builder/ensemble/plan.py), decided from the
+    served inputs and the run's serving steps before any conversion work: a spec the ensemble
+    needs and the run lacks is refused here, not after conversion, parity and the drift
+    reference."""
+
+    def title(self, ctx: ExportContext) -> str:
+        return "plan the ensemble"
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        request = ctx.request
+        ctx.ensemble = plan = plan_ensemble(
+            ctx.model,
+            ctx.inputs,
+            request.ensemble_spec,
+            request.ensemble_mode,
+            ctx.serving_steps,
+            ctx.workdir,
+        )
+        stages = "post-only stages" if plan.typed else "pre/postprocess stages"
+        spec = f"spec {plan.spec.source}" if plan.spec is not None else "no spec: the serving steps alone"
+        return f"{plan.mode}, {stages}, {spec}"
+
+
 class Load(Step):
     def title(self, ctx: ExportContext) -> str:
         return "load native model"
 
     def run(self, ctx: ExportContext, timed: Timed) -> str:
-        model = ctx.registry_model
+        model = ctx.model
         try:
-            ctx.native = ctx.flavor.load(model.local_path)
+            ctx.native = ctx.converter.load(model.local_path)
         except ConversionError:
             raise
         except Exception as exc:  # a corrupted artifact surfaces as whatever its loader raises
@@ -190,7 +217,7 @@ class Load(Step):
                 hint="the artifact may be corrupted or need a library version this environment lacks",
             ) from exc
         try:
-            ctx.kind = ctx.flavor.describe(ctx.native, ctx.served)
+            ctx.kind = ctx.converter.describe(ctx.native, ctx.inputs)
         except ConversionError as exc:  # name the model, as every other refusal does
             if exc.message.startswith(model.ref):
                 raise
@@ -199,8 +226,8 @@ class Load(Step):
             raw = model.mlmodel.load_input_example(str(model.local_path))
         except Exception:  # an unreadable example is not fatal: parity falls back to generated rows
             raw = None
-        ctx.example = example_tensors(raw, ctx.served)
-        return f"{model.flavor}, {_kind_line(ctx.model_kind)}"
+        ctx.example = example_tensors(raw, ctx.inputs)
+        return f"{model.flavor}, {_kind_line(ctx.kind)}"
 
 
 def _kind_line(kind: ModelKind) -> str:
@@ -216,11 +243,12 @@ class ParityRows(Step):
         return "build parity rows"
 
     def run(self, ctx: ExportContext, timed: Timed) -> str:
-        vocabulary = ctx.flavor.vocabulary(ctx.native, ctx.served) if ctx.served.layout == "columns" else {}
-        ctx.feeds = build_feeds(ctx.served, ctx.example, vocabulary, ctx.request.parity_rows)
+        inputs = ctx.inputs
+        vocabulary = ctx.converter.vocabulary(ctx.native, inputs) if inputs.layout == "columns" else {}
+        ctx.feeds = build_feeds(inputs, ctx.example, vocabulary, ctx.request.parity_rows)
         learned = sum(len(v) for v in vocabulary.values())
-        note = f", strings from {learned} learned values" if ctx.served.has_strings else ""
-        return f"{ctx.parity_feeds.rows} rows ({ctx.parity_feeds.source}{note})"
+        note = f", strings from {learned} learned values" if inputs.has_strings else ""
+        return f"{ctx.feeds.rows} rows ({ctx.feeds.source}{note})"
 
 
 class Convert(Step):
@@ -228,16 +256,19 @@ class Convert(Step):
         return "convert to ONNX"
 
     def run(self, ctx: ExportContext, timed: Timed) -> str:
-        ref = ctx.registry_model.ref
-        graph = check_model(ctx.flavor.to_onnx(ctx.native, ctx.served, ctx.request.opset), ref)
-        expected = {t.name for t in ctx.served.tensors}
+        ref = ctx.model.ref
+        graph = check_model(ctx.converter.to_onnx(ctx.native, ctx.inputs, ctx.request.opset), ref)
+        expected = {t.name for t in ctx.inputs.tensors}
         actual = {t.name for t in graph_tensors(graph.graph.input)}
         if expected != actual:
             raise ConversionError(
                 f"{ref}: ONNX inputs {sorted(actual)} do not match the signature's {sorted(expected)}"
             )
-        # Output shapes are re-declared from a run on real rows (the first parity rows).
-        ctx.onnx_model = check_model(normalize_outputs(graph, ctx.parity_feeds.head(3)), ref)
+        # Output shapes are re-declared from a run on real rows (the first parity rows). That
+        # probe runs a graph that is not yet final, in a session of its own; the final graph
+        # gets one session here, which parity, the drift reference and the plan step share.
+        ctx.graph = check_model(normalize_outputs(graph, ctx.feeds.head(3)), ref)
+        ctx.session = GraphSession(ctx.graph)
         return f"opset {opset_of(ctx.graph)}, {len(ctx.graph.graph.node)} nodes"
 
 
@@ -246,9 +277,9 @@ class Parity(Step):
         return "check parity"
 
     def run(self, ctx: ExportContext, timed: Timed) -> str:
-        feeds, ref = ctx.parity_feeds, ctx.registry_model.ref
+        feeds, ref = ctx.feeds, ctx.model.ref
         try:
-            native = ctx.flavor.predict(ctx.native, feeds.arrays, ctx.served)
+            native = ctx.converter.predict(ctx.native, feeds.arrays, ctx.inputs)
         except Exception as exc:  # the native model refusing its own kind of input
             raise ParityError(
                 f"{ref}: the native model failed on the parity rows: {type(exc).__name__}: "
@@ -256,7 +287,7 @@ class Parity(Step):
                 hint="check the input example matches what the model was trained on",
             ) from exc
         try:
-            converted = run_onnx(ctx.graph, feeds.arrays)
+            converted = ctx.session.run(feeds.arrays)
         except Exception as exc:  # onnxruntime refusing the graph or the rows
             first = first_line(exc)
             raise ConversionError(f"{ref}: ONNX Runtime cannot run the converted graph: {first}") from exc
@@ -268,7 +299,7 @@ class Parity(Step):
             atol=ctx.request.atol,
             rtol=ctx.request.rtol,
         )
-        ctx.parity = report
+        ctx.parity, ctx.onnx_outputs = report, converted
         require_pass(report, ref)
         worst = max((o.max_abs_err for o in report.outputs), default=0.0)
         return f"pass: {report.rows} rows ({report.source}), max abs err {worst:.2g}"
@@ -282,10 +313,10 @@ class Reference(Step):
 
     def run(self, ctx: ExportContext, timed: Timed) -> str:
         source = Source(
-            run_id=ctx.registry_model.run_id,
-            inputs=ctx.served,
-            kind=ctx.model_kind,
-            graph=ctx.graph,
+            run_id=ctx.model.run_id,
+            inputs=ctx.inputs,
+            kind=ctx.kind,
+            graph=ctx.session,
             reference_file=ctx.request.reference,
             workdir=ctx.workdir,
         )
@@ -311,33 +342,33 @@ class Describe(Step):
 class Plan(Step):
     """``--format tensorrt``: NAME becomes the plan; ``all``: NAME stays ONNX, NAME_trt is the plan."""
 
+    def __init__(self, preflight: Preflight) -> None:
+        self.preflight = preflight
+
     def title(self, ctx: ExportContext) -> None:
         return None
 
     def run(self, ctx: ExportContext, timed: Timed) -> str:
-        from builder.tensorrt.plan import plan_artifact
+        from builder.tensorrt.plan import PlanSource, plan_artifact
 
-        if ctx.served.has_strings:
+        if ctx.inputs.has_strings:
             raise UsageError(
-                f"{ctx.registry_model.ref} takes string inputs, which a TensorRT engine cannot",
+                f"{ctx.model.ref} takes string inputs, which a TensorRT engine cannot",
                 hint="export it with --format onnx",
             )
         onnx_artifact, rest = ctx.artifacts[0], ctx.artifacts[1:]
         both = "onnx" in ctx.request.formats
-        feeds = ctx.parity_feeds
-        plan, ctx.plan_parity = plan_artifact(
-            _set(ctx.preflight, "preflight"),
-            name=validate_model_name(f"{ctx.name}_trt") if both else ctx.name,
-            model_ref=ctx.registry_model.ref,
-            onnx_artifact=onnx_artifact,
-            onnx_model=ctx.graph,
-            feeds=feeds.arrays,
-            source=feeds.source,
+        source = PlanSource(
+            model_ref=ctx.model.ref,
+            artifact=onnx_artifact,
+            graph=ctx.graph,
+            feeds=ctx.feeds,
+            onnx_outputs=ctx.onnx_outputs,  # parity's: the engine is compared with them
             example=ctx.example,
             serving=ctx.request.serving,
-            workdir=ctx.workdir / "tensorrt",
-            run=timed,
         )
+        name = validate_model_name(f"{ctx.name}_trt") if both else ctx.name
+        plan, ctx.plan_parity = plan_artifact(self.preflight, source, name, ctx.workdir / "tensorrt", timed)
         ctx.artifacts = [*([onnx_artifact] if both else []), plan, *rest]
         return plan.name
 
@@ -353,11 +384,13 @@ class Write(Step):
 
 def pipeline(ctx: ExportContext) -> list[Step]:
     ensemble = ctx.request.ensemble
-    steps: list[Step] = [Resolve(), *([ServingSteps(), StepModels((Resolve,))] if ensemble else [])]
+    steps: list[Step] = [Resolve()]
+    if ensemble:  # everything the ensemble needs from the run, before any conversion work
+        steps += [ServingSteps(), StepModels((Resolve,)), PlanEnsemble()]
     steps += [Load(), ParityRows(), Convert(), Parity(), Reference()]
     steps += [*([StepModels((Load, ParityRows, Convert, Parity, Describe))] if ensemble else []), Describe()]
     if ctx.preflight is not None:
-        steps.append(Plan())
+        steps.append(Plan(ctx.preflight))
     return [*steps, Write()]
 
 

@@ -9,6 +9,7 @@ float32 tree thresholds and reordered float sums.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
@@ -59,14 +60,27 @@ class ParityReport:
         }
 
 
-def run_onnx(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    import onnxruntime as ort
+class GraphSession:
+    """The one onnxruntime session of an export's final graph. Parity, the drift reference (in
+    batches) and the TensorRT step all run it: a session costs a serialization and a graph
+    optimization, too much to pay per caller or per batch. Made on first use, so that a graph
+    onnxruntime refuses is refused by the step that runs it (parity), with that step's message."""
 
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # the shape-inference warnings are noise to a user here
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(names, feeds), strict=True))
+    def __init__(self, graph: onnx.ModelProto) -> None:
+        self._graph = graph
+        self._session: Any = None
+
+    def run(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._session is None:
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.log_severity_level = 3  # the shape-inference warnings are noise to a user here
+            self._session = ort.InferenceSession(
+                self._graph.SerializeToString(), options, providers=["CPUExecutionProvider"]
+            )
+        names = [o.name for o in self._session.get_outputs()]
+        return dict(zip(names, self._session.run(names, feeds), strict=True))
 
 
 def compare(

@@ -5,7 +5,7 @@ Used by ``builder serve`` and by test fixtures. Choices, and why:
 * Triton's defaults ``--strict-readiness=true`` and ``--exit-on-error=true`` are kept: "ready"
   means every model loaded at start is ready, and a model that fails to load at start stops
   the server, which ``start()`` reports at once with the log tail instead of serving half a
-  repository. Pass ``extra_args=["--exit-on-error=false"]`` to serve whatever loads. Later
+  repository. Pass ``ServerOptions(extra_args=["--exit-on-error=false"])`` to serve whatever loads. Later
   loads through the repository API (poll/explicit modes) fail as API errors, not exits.
 * The server runs in its own session (process group), so ``stop()`` can reach the
   Python-backend stub processes it forks: SIGTERM to the server lets it unload models (the
@@ -34,6 +34,7 @@ import urllib.error
 import urllib.request
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -109,6 +110,32 @@ def _http_status(url: str) -> int | None:
 _FAILED_MODEL = re.compile(r"(?:Poll failed for model directory|failed to load) '([^']+)'[^\n]*?: ([^\n\"]*)")
 
 
+@dataclass(frozen=True)
+class ServerOptions:
+    """How a ``TritonServer`` runs, apart from where its repository, runtime and log are: one
+    value, so ``builder serve``, the tune session, the tests and the benchmarks pass the same
+    thing. Ports left as None are picked free at ``start()``."""
+
+    http_port: int | None = None
+    grpc_port: int | None = None
+    metrics_port: int | None = None
+    model_control_mode: str = "none"
+    load_models: Sequence[str] = ()
+    log_verbose: int = 0
+    extra_args: Sequence[str] = ()
+    address: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        # Tuples, whatever sequence the caller passed: the options are frozen, and hashable.
+        object.__setattr__(self, "load_models", tuple(self.load_models))
+        object.__setattr__(self, "extra_args", tuple(self.extra_args))
+
+    @classmethod
+    def explicit(cls, models: Sequence[str], **options: Any) -> ServerOptions:
+        """Explicit model control, loading ``models`` at start (what tests and benchmarks run)."""
+        return cls(model_control_mode="explicit", load_models=models, **options)
+
+
 class TritonServer:
     """One ``tritonserver`` process serving ``repo`` on local ports.
 
@@ -120,18 +147,13 @@ class TritonServer:
     def __init__(
         self,
         repo: Path,
+        options: ServerOptions | None = None,
         *,
-        http_port: int | None = None,
-        grpc_port: int | None = None,
-        metrics_port: int | None = None,
-        model_control_mode: str = "none",
-        load_models: Sequence[str] = (),
         runtime: RuntimePaths | None = None,
-        log_verbose: int = 0,
-        extra_args: Sequence[str] = (),
-        address: str = "127.0.0.1",
         log_path: Path | None = None,
     ) -> None:
+        options = options or ServerOptions()
+        model_control_mode, load_models = options.model_control_mode, options.load_models
         if model_control_mode not in CONTROL_MODES:
             raise UsageError(
                 f"unknown model control mode '{model_control_mode}'",
@@ -143,12 +165,17 @@ class TritonServer:
                 hint="add --model-control-mode explicit, or drop --load-model to load everything",
             )
         self.repo = Path(repo).expanduser().absolute()
+        self.options = options
         self.model_control_mode = model_control_mode
-        self.load_models = tuple(load_models)
-        self.log_verbose = log_verbose
-        self.extra_args = tuple(extra_args)
-        self.address = address
-        self._wanted_ports = {"http": http_port, "grpc": grpc_port, "metrics": metrics_port}
+        self.load_models = load_models
+        self.log_verbose = options.log_verbose
+        self.extra_args = options.extra_args
+        self.address = options.address
+        self._wanted_ports = {
+            "http": options.http_port,
+            "grpc": options.grpc_port,
+            "metrics": options.metrics_port,
+        }
         self.ports: dict[str, int] = {}
         self._runtime = runtime
         self._log_path = log_path

@@ -76,9 +76,10 @@ def build_plan(
     expected_cc: str,
     calibration_npz: bytes | None = None,
     timeout_s: float = 1800.0,
-    python: str = sys.executable,
 ) -> PlanBuild:
-    """Build ``spec`` from ``onnx_bytes`` in ``workdir`` and run it on ``feeds``."""
+    """Build ``spec`` from ``onnx_bytes`` in ``workdir`` and run it on ``feeds``, with this
+    interpreter (the one the recorded command names)."""
+    python = sys.executable
     workdir.mkdir(parents=True, exist_ok=True)
     script = render_script(spec)
     build_args = spec.build_args()

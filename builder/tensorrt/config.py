@@ -36,10 +36,11 @@ def plan_model_config(
     profile: BatchProfile | None,
     *,
     compute_capability: str,
-    plan_file: str,
     warmup_files: dict[str, str] | None = None,
 ) -> ModelConfig:
-    """Config of a ``tensorrt_plan`` model whose batcher matches the engine's profile."""
+    """Config of a ``tensorrt_plan`` model whose batcher matches the engine's profile; its file
+    is named after ``compute_capability`` (``plan_filename``)."""
+    plan_file = plan_filename(compute_capability)
     batched = options.max_batch_size > 0
     if batched and (profile is None or profile.max != options.max_batch_size):
         # Triton refuses a max_batch_size beyond the profile's max at load; catch it here.

@@ -3,8 +3,8 @@
 Two entry points, called by ``builder.export``: ``preflight`` before anything is downloaded
 (option errors, then the GPU and TensorRT checks, so a machine without a GPU stops at once), and
 ``plan_artifact`` once the ONNX model has passed its own parity check: build in a subprocess,
-compare the engine with ONNX Runtime, and return the artifact for the same all-or-nothing write
-as the ONNX model's.
+compare the engine with ONNX Runtime's outputs on the same rows (parity's, not computed again),
+and return the artifact for the same all-or-nothing write as the ONNX model's.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import numpy as np
 import onnx
 
 from builder.errors import ConversionError
-from builder.parity.compare import ParityReport, run_onnx
+from builder.parity.compare import ParityReport
+from builder.parity.rows import Feeds
 from builder.repository.triton_config import ServingOptions
 from builder.repository.write import ModelArtifact
 from builder.tensorrt import gpu
@@ -95,27 +96,31 @@ def check_engine_io(build: PlanBuild, inputs: Sequence[TensorSpec], outputs: Seq
         )
 
 
+@dataclass(frozen=True)
+class PlanSource:
+    """The checked ONNX model a plan is built from, as the export has it after parity."""
+
+    model_ref: str
+    artifact: ModelArtifact  # the ONNX model's: its bytes, config parameters, metadata, identity
+    graph: onnx.ModelProto
+    feeds: Feeds  # the parity rows, which the engine is run on too
+    onnx_outputs: dict[str, np.ndarray]  # ONNX Runtime's outputs on them (parity's, not rerun)
+    example: dict[str, np.ndarray] | None  # the input example, INT8's default calibration rows
+    serving: ServingOptions
+
+
 def plan_artifact(
-    pre: Preflight,
-    *,
-    name: str,
-    model_ref: str,
-    onnx_artifact: ModelArtifact,
-    onnx_model: onnx.ModelProto,
-    feeds: dict[str, np.ndarray],
-    source: str,
-    example: dict[str, np.ndarray] | None,
-    serving: ServingOptions,
-    workdir: Path,
-    run: StepRunner,
+    pre: Preflight, source: PlanSource, name: str, workdir: Path, run: StepRunner
 ) -> tuple[ModelArtifact, ParityReport]:
-    """Build, check and describe the plan; raises a BuilderError with nothing written."""
-    options = pre.options
-    check_engine_input(onnx_model, model_ref)
-    inputs, outputs = graph_tensors(onnx_model.graph.input), graph_tensors(onnx_model.graph.output)
+    """Build, check and describe the plan ``name``; raises a BuilderError with nothing written."""
+    options, model_ref, serving = pre.options, source.model_ref, source.serving
+    check_engine_input(source.graph, model_ref)
+    inputs, outputs = graph_tensors(source.graph.graph.input), graph_tensors(source.graph.graph.output)
     shapes = input_shapes(pre.profile, inputs)
     calibration = (
-        calibration_set(inputs, options.int8_calibration, example) if options.precision == "int8" else None
+        calibration_set(inputs, options.int8_calibration, source.example)
+        if options.precision == "int8"
+        else None
     )
     cc = pre.compute_capability
     spec = ScriptSpec(
@@ -127,12 +132,13 @@ def plan_artifact(
         timing_cache=options.timing_cache or default_timing_cache(cc),
         calibration=calibration is not None,
     )
+    feeds = source.feeds
     build: PlanBuild = run(
         f"build TensorRT plan ({options.precision}, sm{cc.replace('.', '')})",
         lambda: build_plan(
             spec,
-            onnx_artifact.version_files[ONNX_NAME],
-            feeds,
+            source.artifact.version_files[ONNX_NAME],
+            feeds.arrays,
             workdir,
             expected_cc=cc,
             calibration_npz=calibration.to_npz() if calibration else None,
@@ -144,11 +150,10 @@ def plan_artifact(
         ),
     )
     check_engine_io(build, inputs, outputs)
-    rows = len(next(iter(feeds.values())))
     parity = run(
         "check TensorRT parity",
         lambda: plan_parity(
-            build.outputs, run_onnx(onnx_model, feeds), rows=rows, source=source, options=options
+            build.outputs, source.onnx_outputs, rows=feeds.rows, source=feeds.source, options=options
         ),
         _parity_line,
     )
@@ -160,13 +165,13 @@ def plan_artifact(
         serving,
         pre.profile,
         compute_capability=build.compute_capability,
-        plan_file=spec.plan,
         warmup_files={t.name: t.name for t in inputs} if serving.warmup else None,
     )
     # The plan answers as the ONNX model does: clients read the same serving contract from it.
-    for key, value in onnx_artifact.config.parameters.items():
+    for key, value in source.artifact.config.parameters.items():
         config.parameters[key].CopyFrom(value)
     described = _describe(pre, spec, build, parity, calibration)
+    onnx_artifact = source.artifact
     metadata = copy.deepcopy(onnx_artifact.metadata)
     metadata["format"] = "tensorrt_plan"
     metadata["tensorrt"] = described

@@ -15,10 +15,11 @@ from pathlib import Path
 from types import TracebackType
 
 from builder.repository.triton_config import ModelConfig, to_pbtxt
-from builder.runtime.server import TritonServer
+from builder.runtime.server import ServerOptions, TritonServer
 from builder.tune.loadgen import RequestInput, measure
 from builder.tune.search import CandidateResult, failed, scored
 from builder.tune.space import Knobs, apply
+from support.load import Plan
 
 _LOAD_TIMEOUT_S = 120.0
 REPORT_FOLDER = "tune"
@@ -51,7 +52,9 @@ class TuneSession:
         shutil.copytree(model_dir, self._repo / self.name, ignore=shutil.ignore_patterns(REPORT_FOLDER))
         self._config_path = self._repo / self.name / "config.pbtxt"
         self.server = TritonServer(
-            self._repo, model_control_mode="explicit", log_path=Path(self._tmp.name) / "tritonserver.log"
+            self._repo,
+            ServerOptions(model_control_mode="explicit"),
+            log_path=Path(self._tmp.name) / "tritonserver.log",
         )
 
     def __enter__(self) -> TuneSession:
@@ -92,8 +95,8 @@ class TuneSession:
         measurements = []
         try:
             for level in self.concurrency:
-                url, name = self.server.grpc_url, self.name
-                measurements.append(measure(url, name, self.inputs, level, self.warmup_s, self.measure_s))
+                plan = Plan(level, self.warmup_s, self.measure_s)
+                measurements.append(measure(self.server.grpc_url, self.name, self.inputs, plan))
         except* InferenceServerException as group:
             error = f"inference failed: {group.exceptions[0]}"
         if error is not None:

@@ -29,7 +29,7 @@ from feature_repo.generate import (
     generate,
     point_in_time,
 )
-from tests import servers
+from support import servers
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ import pytest
 
 from builder.export import ExportRequest, export_model
 from builder.runtime.server import TritonServer
-from tests import servers
+from support import servers
 
 MODEL = "fraud-detector"
 SOURCE = Path(__file__).resolve().parents[2] / "feature_repo"
@@ -41,7 +41,7 @@ def stack(
 ) -> Iterator[Stack]:
     import mlflow
 
-    from demo.train import prepare_feature_store, train_and_register
+    from support.train import prepare_feature_store, train_and_register
 
     root = tmp_path_factory.mktemp("gateway-stack")
     repo = copy_feature_repo(root / "feature_repo")

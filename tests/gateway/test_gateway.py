@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from gateway.proto import gateway_pb2, gateway_pb2_grpc, to_value
-from tests import servers
+from support import servers
 from tests.gateway.conftest import MODEL, Stack, gateway_env
 
 pytestmark = pytest.mark.integration
@@ -346,14 +346,13 @@ def test_skew_check_passes_then_catches_a_changed_online_value(stack: Stack, tmp
 def test_triton_down_gives_503_and_the_gateway_recovers(
     stack: Stack, triton_runtime: Any, tmp_path, protocol: str
 ):
-    from builder.runtime.server import TritonServer
+    from builder.runtime.server import ServerOptions, TritonServer
 
     names = [p.name for p in stack.model_repo.iterdir() if p.is_dir()]
     own = TritonServer(
         stack.model_repo,
+        ServerOptions.explicit(names),
         runtime=triton_runtime,
-        model_control_mode="explicit",
-        load_models=names,
         log_path=tmp_path / "triton.log",
     )
     own.start(timeout=180)
@@ -369,15 +368,11 @@ def test_triton_down_gives_503_and_the_gateway_recovers(
             assert down.headers.get("Retry-After") == "1"
             assert down.json()["cause"] == "triton_unavailable"
             assert requests.get(f"{gw.url}/readyz", timeout=10).status_code == 503
+            options = ServerOptions.explicit(
+                names, http_port=ports["http"], grpc_port=ports["grpc"], metrics_port=ports["metrics"]
+            )
             own = TritonServer(
-                stack.model_repo,
-                runtime=triton_runtime,
-                model_control_mode="explicit",
-                load_models=names,
-                http_port=ports["http"],
-                grpc_port=ports["grpc"],
-                metrics_port=ports["metrics"],
-                log_path=tmp_path / "triton2.log",
+                stack.model_repo, options, runtime=triton_runtime, log_path=tmp_path / "triton2.log"
             )
             own.start(timeout=180)
             deadline = time.monotonic() + 30

@@ -21,7 +21,7 @@ import requests
 
 from builder.export import ExportRequest, export_model
 from builder.repository.triton_config import ServingOptions
-from tests import servers
+from support import servers
 from tests.gateway.conftest import MODEL, Stack
 from tests.gateway.test_gateway import expected_scores, online_complete
 

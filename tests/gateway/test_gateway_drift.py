@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import requests
 
-from tests import servers
+from support import servers
 from tests.gateway.conftest import MODEL, Stack, gateway_env
 
 pytestmark = pytest.mark.integration
@@ -40,8 +40,8 @@ def like_training(stack: Stack, n: int, seed: int) -> list[dict[str, Any]]:
     as demo/train.py splits it): their entity keys and request fields. A row the point-in-time
     join left without user features gets a user the online store does not know, so the gateway
     sees it without them too (18 % of the rows: users who joined late, a snapshot missed)."""
-    from demo.train import ENTITY_KEYS, REQUEST_FIELDS
     from feature_repo.store import training_frame
+    from support.train import ENTITY_KEYS, REQUEST_FIELDS
 
     frame = training_frame(stack.store).sort_values("event_timestamp", kind="stable")
     frame = frame.head(int(len(frame) * 0.8)).sample(n, random_state=seed)

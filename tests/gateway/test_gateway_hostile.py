@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from gateway.proto import gateway_pb2
-from tests import servers
+from support import servers
 from tests.gateway.conftest import MODEL, Stack, gateway_env
 from tests.gateway.test_gateway import ROWS, predict
 

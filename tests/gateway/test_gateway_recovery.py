@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import requests
 
-from builder.runtime.server import TritonServer
-from tests import servers
+from builder.runtime.server import ServerOptions, TritonServer
+from support import servers
 from tests.gateway.conftest import MODEL, Stack, gateway_env
 from tests.gateway.test_gateway import ROWS, predict
 
@@ -41,12 +41,7 @@ class Own:
         """A TritonServer on this repository (not started), every model in it loaded at start."""
         names = [p.name for p in self.repo.iterdir() if p.is_dir()]
         return TritonServer(
-            self.repo,
-            runtime=self.runtime,
-            model_control_mode="explicit",
-            load_models=names,
-            log_path=self.root / log,
-            **ports,
+            self.repo, ServerOptions.explicit(names, **ports), runtime=self.runtime, log_path=self.root / log
         )
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests import servers
+from support import servers
 from tests.gateway.conftest import MODEL, Stack, gateway_env
 from tests.gateway.test_gateway import ROWS, expected_scores
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import servers
+from support import servers
 from tests.loadtests.conftest import run_cli, smoke_user
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from gateway.proto import gateway_pb2, gateway_pb2_grpc
-from tests import servers
+from support import servers
 
 pytestmark = pytest.mark.integration
 

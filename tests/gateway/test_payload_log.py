@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from gateway.proto import gateway_pb2, gateway_pb2_grpc, to_value
-from tests import servers
+from support import servers
 from tests.gateway.conftest import MODEL, Stack, gateway_env
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import pytest
 
 from builder.export import ExportRequest, export_model
 from builder.runtime.server import TritonServer
-from tests import servers
+from support import servers
 from tests.unit.test_boosters import Trained, new_rows, train_catboost, train_lgb_booster, train_xgb_booster
 
 pytestmark = pytest.mark.integration

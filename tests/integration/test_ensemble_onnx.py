@@ -26,7 +26,8 @@ from builder.ensemble_models import transforms
 from builder.errors import RegistryError
 from builder.export import ExportRequest, export_model
 from builder.runtime.server import TritonServer
-from tests import models, servers, typed_models
+from support import models, servers
+from tests import typed_models
 
 pytestmark = pytest.mark.integration
 

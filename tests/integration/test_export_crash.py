@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 
 from builder.ensemble_models import transforms
-from tests import models
+from support import models
 
 pytestmark = pytest.mark.integration
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from builder.export import ExportRequest, export_model
-from tests import models
+from support import models
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ import pytest
 from builder.ensemble_models import transforms
 from builder.export import ExportRequest, export_model
 from builder.runtime.server import TritonServer
-from tests import models, servers
+from support import models, servers
 
 pytestmark = pytest.mark.integration
 

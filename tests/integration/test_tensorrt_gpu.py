@@ -26,7 +26,7 @@ from builder.repository.triton_config import parse_pbtxt
 from builder.repository.validate import validate_repository
 from builder.tensorrt import gpu
 from builder.tensorrt.options import TOLERANCES, PlanOptions
-from tests import models
+from support import models
 
 pytestmark = [
     pytest.mark.integration,

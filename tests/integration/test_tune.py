@@ -13,7 +13,7 @@ import pytest
 from builder.export import ExportRequest, export_model
 from builder.repository.triton_config import parse_pbtxt
 from builder.tune.space import Knobs, knobs_of
-from tests import models
+from support import models
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,8 @@ import pytest
 
 from builder.export import ExportRequest, export_model
 from builder.runtime.server import TritonServer
-from tests import servers, typed_models
+from support import servers
+from tests import typed_models
 from tests.typed_models import Typed
 
 pytestmark = pytest.mark.integration

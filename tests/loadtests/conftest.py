@@ -47,7 +47,7 @@ def typed_classifier(name: str) -> None:
     import pandas as pd
     from mlflow import MlflowClient
 
-    from demo.train import SKOPS_TRUSTED_TYPES, build_pipeline
+    from support.train import SKOPS_TRUSTED_TYPES, build_pipeline
 
     rng = np.random.default_rng(0)
     rows = 300
@@ -82,7 +82,7 @@ def served(mlflow_registry: str, tmp_path_factory: pytest.TempPathFactory) -> It
     from builder.runtime.install import install_runtime
     from builder.runtime.paths import default_runtime_dir
     from builder.runtime.server import TritonServer
-    from tests import models
+    from support import models
 
     repo = tmp_path_factory.mktemp("lt-served") / "model_repo"
     models.sklearn_classifier(MODEL)

@@ -22,7 +22,7 @@ import pytest
 
 from builder.errors import ConversionError
 from builder.export import ExportRequest, export_model
-from tests import models
+from support import models
 
 ROUNDS = 10
 # float32 inputs and tree thresholds: what parity itself allows (builder's defaults).

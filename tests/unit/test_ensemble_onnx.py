@@ -12,8 +12,9 @@ import onnxruntime as ort
 import pytest
 
 from builder.convert.base import normalize_outputs
-from builder.ensemble.fused import FusedModel, fused_artifact
+from builder.ensemble.fused import fused_artifact
 from builder.ensemble.graphs import fused_graph, postprocess_graph, preprocess_graph
+from builder.ensemble.plan import WrappedModel
 from builder.ensemble.spec import EnsembleSpec
 from builder.ensemble.steps_mode import ensemble_artifacts
 from builder.ensemble_models import transforms
@@ -140,7 +141,9 @@ def test_fused_artifact_keeps_the_ensemble_contract_and_the_model_scheduling() -
     _, model = tree_classifier(x)
     spec = EnsembleSpec.from_dict({"preprocess": fitted_spec(x), "postprocess": {"threshold": 0.4}}, "test")
     options = ServingOptions(max_queue_delay_us=500, instances=2)
-    art = fused_artifact(FusedModel("m", model, spec, options, {"serving.layout": "matrix"}))
+    art = fused_artifact(
+        WrappedModel.of("m", model, options), model, spec, parameters={"serving.layout": "matrix"}
+    )
     config = art.config
     assert art.name == "m_ensemble" and config.backend == "onnxruntime"
     assert [i.name for i in config.input] == ["input"]
@@ -160,7 +163,12 @@ def test_steps_configs_only_the_model_waits_for_a_batch() -> None:
     inputs, outputs = graph_tensors(model.graph.input), graph_tensors(model.graph.output)
     spec = EnsembleSpec.from_dict({"preprocess": fitted_spec(x), "postprocess": {}}, "test")
     options = ServingOptions(max_queue_delay_us=1000, instances=3, max_queue_size=10)
-    arts = {a.name: a for a in ensemble_artifacts("m", inputs, outputs, spec, options, {"k": "v"}, 7)}
+    arts = {
+        a.name: a
+        for a in ensemble_artifacts(
+            WrappedModel("m", inputs, outputs, options, version=7), spec, parameters={"k": "v"}
+        )
+    }
     assert set(arts) == {"m_preprocess", "m_postprocess", "m_ensemble"}
     for step in ("m_preprocess", "m_postprocess"):
         config = arts[step].config

@@ -14,8 +14,9 @@ import pandas as pd
 import pytest
 
 from builder.convert.base import normalize_outputs
-from builder.ensemble.fused import FusedModel, fused_artifact
+from builder.ensemble.fused import fused_artifact
 from builder.ensemble.graphs import label_graph, typed_fused_graph
+from builder.ensemble.plan import WrappedModel
 from builder.ensemble.spec import EnsembleSpec, takes_typed_inputs
 from builder.ensemble.steps_mode import ensemble_artifacts
 from builder.errors import UsageError
@@ -165,7 +166,9 @@ def test_typed_steps_ensemble_is_model_then_postprocess_with_the_models_inputs()
     arts = {
         a.name: a
         for a in ensemble_artifacts(
-            "m", inputs, outputs, spec, ServingOptions(), {"k": "v"}, 3, kind=kind, layout="columns"
+            WrappedModel("m", inputs, outputs, ServingOptions(), kind, "columns", 3),
+            spec,
+            parameters={"k": "v"},
         )
     }
     assert set(arts) == {"m_postprocess", "m_ensemble"}  # no preprocess step
@@ -182,7 +185,7 @@ def test_typed_steps_ensemble_is_model_then_postprocess_with_the_models_inputs()
     # A regressor gets no generated step: the ensemble is the model, under the ensemble's name.
     value = (TensorSpec("prediction", "float32", (-1, 1)),)
     arts = ensemble_artifacts(
-        "r", inputs, value, spec, ServingOptions(), None, 1, kind=ModelKind.regressor(), layout="columns"
+        WrappedModel("r", inputs, value, ServingOptions(), ModelKind.regressor(), "columns", 1), spec
     )
     assert [a.name for a in arts] == ["r_ensemble"]
     assert [o.name for o in arts[0].config.output] == ["prediction"]
@@ -193,17 +196,12 @@ def test_fused_typed_artifact_keeps_the_inputs_warmup_and_contract() -> None:
     spec = EnsembleSpec({}, {"threshold": 0.3}, "test")
     warm = {"warmup/amount": b"\0" * 4, "warmup/country": b"\x02\0\0\0us"}
     art = fused_artifact(
-        FusedModel(
-            "m",
-            model,
-            spec,
-            ServingOptions(),
-            {"serving.layout": "columns"},
-            warm,
-            "id",
-            kind=ModelKind.classifier(classes),
-            layout="columns",
-        )
+        WrappedModel.of("m", model, ServingOptions(), ModelKind.classifier(classes), "columns"),
+        model,
+        spec,
+        parameters={"serving.layout": "columns"},
+        warmup_files=warm,
+        identity="id",
     )
     config = art.config
     assert [i.name for i in config.input] == ["amount", "country"]
@@ -224,8 +222,8 @@ def test_a_spec_asking_a_typed_model_for_preprocessing_is_refused(mode: str) -> 
     kind = ModelKind.classifier(classes)
     with pytest.raises(UsageError) as err:
         if mode == "steps":
-            ensemble_artifacts("m", inputs, outputs, spec, ServingOptions(), kind=kind, layout="columns")
+            ensemble_artifacts(WrappedModel("m", inputs, outputs, ServingOptions(), kind, "columns"), spec)
         else:
-            fused_artifact(FusedModel("m", model, spec, ServingOptions(), kind=kind, layout="columns"))
+            fused_artifact(WrappedModel.of("m", model, ServingOptions(), kind, "columns"), model, spec)
     assert "preprocess.impute/scale on a model with typed column inputs" in err.value.message
     assert err.value.hint is not None and "drop 'preprocess'" in err.value.hint

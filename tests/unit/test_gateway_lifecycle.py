@@ -22,7 +22,7 @@ from gateway.request import PredictRequest
 from gateway.responses import Prediction, PredictResult
 from gateway.service import Service
 from gateway.settings import GatewaySettings
-from tests.servers import free_port
+from support.servers import free_port
 
 PREDICT = "/gateway.v1.Gateway/Predict"
 

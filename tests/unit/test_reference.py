@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 import pandas as pd
 import pytest
 from onnx import TensorProto, helper
@@ -20,9 +19,11 @@ from onnx import TensorProto, helper
 from builder.errors import UsageError
 from builder.export.drift_reference import Drift, compute_reference, prediction_stats
 from builder.kinds import ModelKind
+from builder.parity.compare import GraphSession
 from builder.registry.signature import Column, ModelInputs
 from builder.tensors import TensorSpec
-from tests import models, typed_models
+from support import models
+from tests import typed_models
 
 DECILES = [k / 10 for k in range(1, 10)]
 ONNX_TYPES = {
@@ -97,8 +98,9 @@ def columns_inputs(columns: list[tuple[str, str]]) -> ModelInputs:
     )
 
 
-def passthrough_graph(inputs: ModelInputs) -> onnx.ModelProto:
-    """A graph taking every input and answering the first one (a model of kind "other")."""
+def passthrough_graph(inputs: ModelInputs) -> GraphSession:
+    """A graph taking every input and answering the first one (a model of kind "other"), as
+    the export hands it to the reference: its one session."""
     first = inputs.tensors[0]
     graph = helper.make_graph(
         [helper.make_node("Identity", [first.name], ["out"])],
@@ -109,7 +111,7 @@ def passthrough_graph(inputs: ModelInputs) -> onnx.ModelProto:
         ],
         [helper.make_tensor_value_info("out", ONNX_TYPES[first.dtype], [None, first.shape[1]])],
     )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    return GraphSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9))
 
 
 def mixed_frame() -> pd.DataFrame:

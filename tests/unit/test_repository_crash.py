@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.ensemble.fused import FusedModel, fused_artifact
+from builder.ensemble.fused import fused_artifact
+from builder.ensemble.plan import WrappedModel
 from builder.ensemble.spec import EnsembleSpec
 from builder.ensemble.steps_mode import ensemble_artifacts
 from builder.repository import write as repository
@@ -80,13 +81,16 @@ def export_artifacts(version: int, layout: str = "steps", policy: str = "latest:
     if layout == "bare":
         return [main]
     if layout == "fused":
-        fused = FusedModel("tiny", model, spec, options, params, warmup, main.identity)
-        extra = [fused_artifact(fused)]
+        wrapped = WrappedModel.of("tiny", model, options)
+        extra = [
+            fused_artifact(
+                wrapped, model, spec, parameters=params, warmup_files=warmup, identity=main.identity
+            )
+        ]
     else:
         user = [step("clip", CLIP), step("cap", CAP)] if layout == "user_steps" else []
-        extra = ensemble_artifacts(
-            "tiny", inputs, outputs, spec, options, params, version=version, user_steps=user
-        )
+        wrapped = WrappedModel("tiny", inputs, outputs, options, version=version)
+        extra = ensemble_artifacts(wrapped, spec, parameters=params, user_steps=user)
     for art in extra:
         art.metadata["source"] = source
     return [main, *extra]

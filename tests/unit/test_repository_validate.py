@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from builder.convert.base import normalize_outputs
+from builder.ensemble.plan import WrappedModel
 from builder.ensemble.spec import EnsembleSpec
 from builder.ensemble.steps_mode import ensemble_artifacts
 from builder.errors import RepositoryError
@@ -58,7 +59,7 @@ def artifacts(options: ServingOptions | None = None, ensemble: bool = True) -> l
     spec = EnsembleSpec.from_dict(
         {"preprocess": {"mean": [0, 0, 0], "scale": [1, 2, 4]}, "postprocess": {"threshold": 0.7}}, "test"
     )
-    return [main, *ensemble_artifacts("tiny", inputs, outputs, spec, options)]
+    return [main, *ensemble_artifacts(WrappedModel("tiny", inputs, outputs, options), spec)]
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:

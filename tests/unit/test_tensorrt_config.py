@@ -9,7 +9,7 @@ import pytest
 from builder.repository.triton_config import ServingOptions, parse_pbtxt, to_pbtxt
 from builder.repository.validate import validate_repository
 from builder.repository.write import ModelArtifact, write_models
-from builder.tensorrt.config import plan_filename, plan_model_config
+from builder.tensorrt.config import plan_model_config
 from builder.tensorrt.profiles import BatchProfile, batch_profile
 from builder.tensors import TensorSpec
 
@@ -34,7 +34,6 @@ def plan_config(options: ServingOptions, cc: str = "9.0", **kwargs):
         options,
         profile,
         compute_capability=cc,
-        plan_file=plan_filename(cc),
         **kwargs,
     )
 
@@ -72,7 +71,6 @@ def test_no_batching_is_written_explicitly():
         ServingOptions(max_batch_size=0),
         None,
         compute_capability="8.6",
-        plan_file=plan_filename("8.6"),
     )
     text, c = roundtrip(config)
     assert "max_batch_size: 0" in text
@@ -89,7 +87,6 @@ def test_profile_must_end_at_max_batch_size():
             ServingOptions(max_batch_size=64),
             BatchProfile(1, 8, 16),
             compute_capability="9.0",
-            plan_file="model.sm90.plan",
         )
 
 

@@ -12,6 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from builder.ensemble.plan import WrappedModel
 from builder.ensemble.spec import EnsembleSpec
 from builder.ensemble.steps_mode import ensemble_artifacts
 from builder.ensemble.user_step_models import StepModel
@@ -79,7 +80,12 @@ def build(steps: list[UserStep], spec: EnsembleSpec | None = SPEC, **options: An
         version_files={"model.onnx": model.SerializeToString()},
         metadata={"source": {"uri": "models:/tiny/1"}},
     )
-    return [main, *ensemble_artifacts("tiny", inputs, outputs, spec, serving, version=1, user_steps=steps)]
+    return [
+        main,
+        *ensemble_artifacts(
+            WrappedModel("tiny", inputs, outputs, serving, version=1), spec, user_steps=steps
+        ),
+    ]
 
 
 def by_name(artifacts: list[ModelArtifact]) -> dict[str, ModelArtifact]:
@@ -300,7 +306,10 @@ def build_risk(spec: dict[str, Any], exported: StepModel | None = None) -> list[
     return [
         main,
         *ensemble_artifacts(
-            "tiny", inputs, outputs, SPEC, serving, version=1, user_steps=steps, step_models=models
+            WrappedModel("tiny", inputs, outputs, serving, version=1),
+            SPEC,
+            user_steps=steps,
+            step_models=models,
         ),
     ]
 

@@ -1,4 +1,4 @@
-"""Training from the feature store, as the demo (and the tests) do it.
+"""Training from the feature store, as the demo, the tests and the benchmarks do it.
 
 Rows come from Feast's point-in-time join over the feature service ``fraud_v1`` (never from
 ad-hoc feature code), so the features the model is trained on are, by construction, the ones

@@ -1,5 +1,8 @@
-"""Real servers the tests start and stop: Triton over an exported repository, redis-server and
-the gateway (as subprocesses)."""
+"""Real servers the tests and benchmarks start and stop: Triton over an exported repository,
+redis-server and the gateway (as subprocesses).
+
+No pytest here: a server that does not come up raises :class:`ServerStartError` with its log,
+which fails a test as plainly as ``pytest.fail`` did and stops a benchmark the same way."""
 
 from __future__ import annotations
 
@@ -18,8 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pytest
-
 if TYPE_CHECKING:
     from builder.runtime.paths import RuntimePaths
     from builder.runtime.server import TritonServer
@@ -31,17 +32,19 @@ def serving(
 ) -> Iterator[TritonServer]:
     """The real Triton serving every model folder now in ``repo`` on free ports, in explicit
     control mode (a model or version added later loads only when a test asks), stopped on exit."""
-    from builder.runtime.server import TritonServer
+    from builder.runtime.server import ServerOptions, TritonServer
 
     names = [p.name for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")]
-    server = TritonServer(
-        repo, runtime=runtime, model_control_mode="explicit", load_models=names, log_path=log_path
-    )
+    server = TritonServer(repo, ServerOptions.explicit(names), runtime=runtime, log_path=log_path)
     server.start(timeout=timeout)
     try:
         yield server
     finally:
         server.stop()
+
+
+class ServerStartError(RuntimeError):
+    """A server the support code started exited or did not answer in time; the message has its log."""
 
 
 def free_port() -> int:
@@ -94,7 +97,7 @@ def redis_server(workdir: Path, *, appendonly: bool = False) -> Iterator[RedisSe
     AOF), so a restart on the same folder comes back with the data written before a SIGKILL."""
     binary = shutil.which("redis-server")
     if binary is None:
-        pytest.fail(
+        raise ServerStartError(
             "redis-server is not installed; the Redis online-store profile is tested against a real one. "
             "Install it: apt-get update && apt-get install -y redis-server (make test does this as root)"
         )
@@ -119,7 +122,9 @@ def _await_ping(server: RedisServer, timeout: float) -> float:
     deadline = time.monotonic() + timeout
     while True:
         if server.proc.poll() is not None:
-            pytest.fail(f"redis-server exited with {server.proc.returncode}:\n{server.log.read_text()}")
+            raise ServerStartError(
+                f"redis-server exited with {server.proc.returncode}:\n{server.log.read_text()}"
+            )
         try:
             with socket.create_connection(("127.0.0.1", server.port), timeout=1) as conn:
                 conn.sendall(b"PING\r\n")
@@ -129,7 +134,7 @@ def _await_ping(server: RedisServer, timeout: float) -> float:
             pass
         if time.monotonic() > deadline:
             log = server.log.read_text()
-            pytest.fail(f"redis-server did not answer PING within {timeout:g} s:\n{log}")
+            raise ServerStartError(f"redis-server did not answer PING within {timeout:g} s:\n{log}")
         time.sleep(0.01)
 
 
@@ -176,14 +181,14 @@ def gateway_process(workdir: Path, env: dict[str, str], *, wait_ready: bool = Tr
         deadline = time.monotonic() + 90
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"gateway exited with {proc.returncode}:\n{gw.log_text()}")
+                raise ServerStartError(f"gateway exited with {proc.returncode}:\n{gw.log_text()}")
             try:
                 if http_status(gw.url + path, timeout=2) == 200:
                     break
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                pytest.fail(f"gateway not answering {path} within 90 s:\n{gw.log_text()}")
+                raise ServerStartError(f"gateway not answering {path} within 90 s:\n{gw.log_text()}")
             time.sleep(0.2)
         yield gw
     finally:

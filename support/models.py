@@ -1,4 +1,5 @@
-"""Small real models, trained in seconds and registered in the test registry.
+"""Small real models, trained in seconds and registered in the current MLflow registry (the
+tests' SQLite one, or a benchmark's).
 
 Each function trains on a synthetic fraud-like data set, logs the model with its flavor, an
 input example (so MLflow infers the signature) and registers it with the alias ``champion``.
