@@ -1,4 +1,4 @@
-"""Where a gateway request's CPU goes, stage by stage (issue 16, README "Performance").
+"""Where a gateway request's CPU goes, stage by stage (issue 16; docs/benchmarks.md).
 
 In one process, on one thread, one request after another, a ``gateway.service.Service`` opened
 as ``gateway serve`` opens it (the same settings, Triton, online store) serves one-row requests

@@ -1,6 +1,6 @@
 """(d) The three serving routes of a neural network, side by side, per batch size.
 
-Routes (README, "GPU routes"): ONNX Runtime on CPU; ONNX Runtime on CUDA, plain and with its
+Routes (docs/gpu.md, "Routes"): ONNX Runtime on CPU; ONNX Runtime on CUDA, plain and with its
 TensorRT accelerator (FP16, the config's ``--gpu-accelerator tensorrt``); the TensorRT plan
 ``builder export --format tensorrt`` builds (FP16). Each is called directly with numpy arrays,
 not through Triton, so the table isolates the engines: the embedded Triton has no GPU backends,

@@ -85,7 +85,7 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def to_markdown(report: dict[str, Any]) -> str:
-    """The results as markdown: what README.md includes and what ``make bench`` prints."""
+    """The results as markdown: what docs/benchmarks.md includes and what ``make bench`` prints."""
     m = report["machine"]
     lines = [
         f"# Benchmark results ({report['timestamp']})",

@@ -284,7 +284,7 @@ def main() -> None:
 
     # The preprocessing is inside the ONNX graph, so the ensemble is post-only: the run's
     # decision_threshold -> label. Fused (one ONNX model, ~1.05x the bare model's p50 and its
-    # throughput, README "Benchmarks" (e)) rather than steps (1.40x, 0.5x): the demo swaps no
+    # throughput, docs/benchmarks.md (e)) rather than steps (1.40x, 0.5x): the demo swaps no
     # step on its own. The gateway calls fraud-detector_ensemble first.
     step("3. builder export --ensemble fused (ONNX with its preprocessing + threshold -> label, parity)")
     run(

@@ -62,7 +62,7 @@ class ServingOptions:
     the instance was busy and never waited for (queue delay 0, Triton's own default: a lone
     request runs at once, 0.34 ms p50 where 1 ms of delay gave 1.51 ms, and 16 clients still
     batch; a delay pays only at high concurrency, +24 % throughput at 64 clients with 1 ms, which
-    ``builder tune`` finds; README, bench (f)), one instance (the dynamic batcher, not extra
+    ``builder tune`` finds; docs/benchmarks.md, bench (f)), one instance (the dynamic batcher, not extra
     instances, is what scales a cheap model on few cores), warm-up on, no queue limit unless asked.
     """
 

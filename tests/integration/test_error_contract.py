@@ -1,4 +1,4 @@
-"""Every command's refusals keep the README's contract (issue 18, part 6): a documented exit code
+"""Every command's refusals keep the contract of docs/errors.md (issue 18, part 6): a documented exit code
 (never 0, never a traceback), exactly one ``error:`` line and a ``hint:`` line; ``--help`` at
 80 columns names every option in full; a refusal leaves no files behind where the user did
 not ask for them. The installed commands are run as a user runs them, each in a second or two;

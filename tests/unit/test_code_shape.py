@@ -1,5 +1,6 @@
 """The shape of the code a newcomer reads (issue 18's "done when"): the packages import each
-other without a circle.
+other without a circle, and no function takes more than seven parameters outside the Typer
+commands (whose parameters are the command line's flags).
 
 Imports are read from the source with ``ast``, function-local ones included (a local import
 hides a circle rather than removing it); only ``if TYPE_CHECKING:`` blocks are left out, and the
@@ -11,8 +12,13 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("builder", "gateway", "loadtests", "feature_repo")
+PACKAGES = ("builder", "gateway", "loadtests", "feature_repo", "support")
+# Checked for long parameter lists too: the code around the packages.
+SCRIPTS = ("benchmarks", "demo")
+MAX_PARAMETERS = 7
 # builder.cli.main imports the command modules once, so that each registers its commands on
 # the app it imports from main: the one circle Typer's layout asks for.
 REGISTRATION = {
@@ -112,3 +118,41 @@ def test_the_packages_import_each_other_without_a_circle() -> None:
 
 def test_the_cycle_finder_sees_a_circle() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _is_typer_command(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(".command" in ast.unparse(d) or ".callback" in ast.unparse(d) for d in node.decorator_list)
+
+
+@pytest.mark.parametrize("package", PACKAGES + SCRIPTS)
+def test_no_function_takes_more_than_seven_parameters(package: str) -> None:
+    too_many = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or _is_typer_command(node):
+                continue
+            args = node.args
+            names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+            names = [n for n in names if n not in ("self", "cls")]
+            if len(names) > MAX_PARAMETERS:
+                too_many.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({len(names)})")
+    assert too_many == []
+
+
+@pytest.mark.parametrize("package", PACKAGES + SCRIPTS)
+def test_support_code_comes_from_support_not_from_the_tests(package: str) -> None:
+    """Servers, model factories and load generation live in ``support/``: nothing outside
+    ``tests/`` imports ``tests``, and nothing outside ``demo/`` imports ``demo``."""
+    found = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for node in _runtime_nodes(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            for name in names:
+                top = name.split(".")[0]
+                if top == "tests" or (top == "demo" and package != "demo"):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name}")
+    assert found == []

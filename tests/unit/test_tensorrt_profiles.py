@@ -86,7 +86,7 @@ def test_plan_options_defaults_and_tolerances():
     assert options.precision == "fp16" and options.tolerance == (1e-2, 1e-2)
     assert PlanOptions(precision="fp32").tolerance == (1e-4, 1e-4)
     assert PlanOptions(precision="tf32", atol=0.5).tolerance == (0.5, 1e-3)
-    # Tighter for wider precisions: the order is what the README documents.
+    # Tighter for wider precisions: the order is what docs/gpu.md documents.
     assert TOLERANCES["fp32"] < TOLERANCES["tf32"] < TOLERANCES["fp16"] < TOLERANCES["int8"]
 
 
