@@ -11,6 +11,15 @@ a SpecError that says what is wrong.
 Configs exported before ``serving.layout``/``serving.kind`` existed are read as the ``matrix``
 layout (every column float32) with ``legacy`` outputs: a score, probabilities and label found
 by tensor name, as the gateway always did.
+
+Kinds and their roles (issue 19 added the last three shapes):
+- ``binary``/``multiclass`` with ``probabilities`` (and usually ``label``);
+- ``binary``/``multiclass`` without probabilities (LinearSVC, RidgeClassifier, ...): ``label``
+  and optionally ``scores``, the decision function's values;
+- ``regression``: ``value``, one column per target (``serving.targets``, default 1);
+- ``outlier``: ``score`` (the decision function, read through ``serving.score``) and
+  optionally ``label`` (1 inlier, -1 outlier);
+- ``other``: every output passed through.
 """
 
 from __future__ import annotations
@@ -25,13 +34,23 @@ from typing import Any, Final, Literal
 from gateway.errors import SpecError
 from gateway.values import DTYPES, Dtype
 
-__all__ = ["ClassLabel", "Column", "Kind", "ModelSpec", "OutputRoles", "SpecError", "spec_from_config"]
+__all__ = [
+    "ClassLabel",
+    "Column",
+    "Kind",
+    "ModelSpec",
+    "OutlierScore",
+    "OutputRoles",
+    "SpecError",
+    "spec_from_config",
+]
 
 Layout = Literal["matrix", "columns"]
-Kind = Literal["binary", "multiclass", "regression", "other"]
+Kind = Literal["binary", "multiclass", "regression", "outlier", "other"]
 ClassLabel = bool | int | float | str
 
-_KINDS: Final = ("binary", "multiclass", "regression", "other")
+_KINDS: Final = ("binary", "multiclass", "regression", "outlier", "other")
+_ROLES: Final = ("label", "probabilities", "scores", "value", "score")
 _TRITON_TYPES: Final = {
     "float32": "TYPE_FP32",
     "int64": "TYPE_INT64",
@@ -54,6 +73,17 @@ class OutputRoles:
     label: str | None = None
     probabilities: str | None = None
     value: str | None = None
+    score: str | None = None  # outlier: the decision function, one column
+    scores: str | None = None  # classifiers without probabilities: decision-function values
+
+
+@dataclass(frozen=True)
+class OutlierScore:
+    """``serving.score`` of an outlier detector: where its score comes from, and below which
+    value a row is an outlier (read only when the model has no label output)."""
+
+    source: str  # e.g. "decision_function": lower is more anomalous
+    outlier_below: float
 
 
 @dataclass(frozen=True)
@@ -72,6 +102,9 @@ class ModelSpec:
     roles: OutputRoles
     outputs: tuple[str, ...]  # what to ask Triton for
     decision_threshold: float | None = None
+    # regression: columns of the value output, one per target (serving.targets; 1 when absent)
+    targets: int = 1
+    outlier_score: OutlierScore | None = None  # kind outlier only
     legacy: bool = False  # exported before serving.kind: outputs found by tensor name
     # Rows one Triton call may carry (the config's max_batch_size); 0: the model has no batch
     # axis and takes its tensors whole, so one call carries any number of rows.
@@ -162,6 +195,8 @@ def spec_from_config(
         raise SpecError(f"model {name!r}: request fields {sorted(unknown)} are not model inputs")
     config_outputs = tuple(o["name"] for o in config.get("output") or [])
     kind, classes, roles, threshold = _outputs(name, params, config_outputs)
+    targets = _targets(name, kind, params, config.get("output") or [], roles, _max_batch_size(name, config))
+    outlier_score = _outlier_score(name, params) if kind == "outlier" else None
     legacy = "serving.kind" not in params
     if legacy or kind == "other" or config.get("platform") == "ensemble":
         # A Triton ensemble (builder export --ensemble-mode steps) answers only once its last
@@ -171,7 +206,8 @@ def spec_from_config(
     else:
         # A binary model with a threshold gets its label from the gateway, not from the model.
         label = None if kind == "binary" and threshold is not None else roles.label
-        requested = tuple(dict.fromkeys(n for n in (label, roles.probabilities, roles.value) if n))
+        wanted = (label, roles.probabilities, roles.scores, roles.value, roles.score)
+        requested = tuple(dict.fromkeys(n for n in wanted if n))
     return ModelSpec(
         name=name,
         triton_model=triton_model,
@@ -187,6 +223,8 @@ def spec_from_config(
         roles=roles,
         outputs=requested,
         decision_threshold=threshold,
+        targets=targets,
+        outlier_score=outlier_score,
         legacy=legacy,
         max_batch_size=_max_batch_size(name, config),
         drift_reference=params.get("drift.reference") or None,
@@ -287,20 +325,31 @@ def _outputs(
     if not isinstance(raw_roles, dict) or not all(isinstance(v, str) for v in raw_roles.values()):
         raise SpecError(f"model {name!r}: serving.outputs must be a JSON object of role -> output name")
     for role, tensor in raw_roles.items():
-        if role in ("label", "probabilities", "value") and tensor not in config_outputs:
+        if role in _ROLES and tensor not in config_outputs:
             raise SpecError(
                 f"model {name!r}: serving.outputs {role} is {tensor!r}, not one of {config_outputs}"
             )
-    roles = OutputRoles(raw_roles.get("label"), raw_roles.get("probabilities"), raw_roles.get("value"))
+    roles = OutputRoles(**{r: raw_roles.get(r) for r in _ROLES})
     classes = None
     if kind in ("binary", "multiclass"):
         classes = _classes(name, kind, params)
-        if roles.probabilities is None:
-            raise SpecError(f"model {name!r}: a {kind} model needs a probabilities output in serving.outputs")
+        # Without probabilities (LinearSVC, RidgeClassifier, ...) the label is the model's own:
+        # nothing else says which class a row is.
+        if roles.probabilities is None and roles.label is None:
+            raise SpecError(
+                f"model {name!r}: a {kind} model needs a probabilities or a label output in serving.outputs"
+            )
     if kind == "regression" and roles.value is None:
         raise SpecError(f"model {name!r}: a regression model needs a value output in serving.outputs")
+    if kind == "outlier" and roles.score is None:
+        raise SpecError(f"model {name!r}: an outlier model needs a score output in serving.outputs")
     threshold = None
     if kind == "binary" and "serving.decision_threshold" in params:
+        if roles.probabilities is None:
+            raise SpecError(
+                f"model {name!r}: serving.decision_threshold applies to probabilities, and the model "
+                "has none (its scores are decision-function values)"
+            )
         text = params["serving.decision_threshold"]
         try:
             threshold = float(text)
@@ -309,6 +358,58 @@ def _outputs(
         if not 0.0 <= threshold <= 1.0:  # also refuses NaN
             raise SpecError(f"model {name!r}: serving.decision_threshold {text!r} is not a number in [0, 1]")
     return kind, classes, roles, threshold  # type: ignore[return-value]  # kind checked above
+
+
+def _targets(
+    name: str, kind: str, params: dict[str, str], outputs: list[dict], roles: OutputRoles, max_batch: int
+) -> int:
+    """``serving.targets`` (regression: the value output's columns), checked against the value
+    output's declared dims where they are fixed, so a mismatch is refused before any request."""
+    text = params.get("serving.targets")
+    if text is None:
+        targets = 1
+    else:
+        if kind != "regression":
+            raise SpecError(f"model {name!r}: serving.targets applies to regression models, not {kind}")
+        try:
+            targets = int(text)
+        except ValueError:
+            targets = 0
+        if targets < 1:
+            raise SpecError(f"model {name!r}: serving.targets {text!r} is not a whole number >= 1")
+    if kind != "regression":
+        return targets
+    dims = next((o.get("dims") for o in outputs if o.get("name") == roles.value), None)
+    try:
+        # A batching model's dims leave out the batch axis; one without (max_batch_size 0) has it first.
+        row = [int(d) for d in (dims or [])][0 if max_batch else 1 :]
+    except (TypeError, ValueError):
+        row = []
+    if row and all(d > 0 for d in row) and math.prod(row) != targets:
+        raise SpecError(
+            f"model {name!r}: its value output {roles.value!r} has {math.prod(row)} column(s) per row, "
+            f"but serving.targets is {targets}{'' if text is not None else ' (absent)'}"
+        )
+    return targets
+
+
+def _outlier_score(name: str, params: dict[str, str]) -> OutlierScore:
+    if "serving.score" not in params:
+        raise SpecError(f"model {name!r}: an outlier model needs serving.score ({{source, outlier_below}})")
+    raw = _json(name, "serving.score", params["serving.score"])
+    below = raw.get("outlier_below") if isinstance(raw, dict) else None
+    if not (
+        isinstance(raw, dict)
+        and isinstance(raw.get("source"), str)
+        and isinstance(below, int | float)
+        and not isinstance(below, bool)
+        and math.isfinite(below)
+    ):
+        raise SpecError(
+            f"model {name!r}: serving.score must be a JSON object with a source (text) and a finite "
+            f"outlier_below, got {params['serving.score'][:80]!r}"
+        )
+    return OutlierScore(raw["source"], float(below))
 
 
 def _classes(name: str, kind: str, params: dict[str, str]) -> tuple[ClassLabel, ...]:

@@ -33,6 +33,7 @@ from gateway.errors import (
     EntityNotFound,
     InvalidInput,
     ModelNotFound,
+    OutputMismatch,
     TooLarge,
     Unavailable,
 )
@@ -166,7 +167,11 @@ class Predictor:
             raise
         finally:
             metrics.TRITON_SECONDS.labels(spec.name).observe(time.perf_counter() - start)
-        scored = predictions(spec, out, [bool(fetched.missing[i]) for i in rows])
+        try:
+            scored = predictions(spec, out, [bool(fetched.missing[i]) for i in rows])
+        except OutputMismatch:
+            self.forget(spec.name)  # the export and the model disagree: a reload may fix either
+            raise
         oldest = [fetched.oldest_epoch_s[i] for i in rows]
         for item, part in served:
             if item.future.done():  # its caller gave up while Triton answered

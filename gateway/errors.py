@@ -78,6 +78,19 @@ class SpecError(ModelNotFound):
     cause = "unservable_model"
 
 
+class OutputMismatch(SpecError):
+    """Triton answered, but not in the shape the model's serving contract promises (a K-column
+    value for a one-target regressor, no score output, a label outside -1/1 for an outlier
+    detector). The export and the model disagree, so every request would fail the same way:
+    the model is unservable as it stands, like a malformed contract (not a client's mistake,
+    and not a crash of the gateway's either). HTTP 502: the upstream (Triton) gave an answer
+    the gateway cannot use; gRPC has no such code, and INTERNAL says an invariant broke."""
+
+    http_status = 502
+    grpc_code = grpc.StatusCode.INTERNAL
+    cause = "output_mismatch"
+
+
 class EntityNotFound(GatewayError):
     http_status = 404
     grpc_code = grpc.StatusCode.NOT_FOUND

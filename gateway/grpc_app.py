@@ -67,6 +67,12 @@ def _prediction(p: Prediction) -> gateway_pb2.Prediction:
             message.label = p.label  # the field older clients read
     if p.value is not None:
         message.value = p.value
+    if p.values is not None:
+        message.values.extend(p.values)
+    if p.scores is not None:
+        message.scores.extend(p.scores)
+    if p.outlier is not None:
+        message.outlier = p.outlier
     for name, array in p.outputs.items():
         message.outputs[name].CopyFrom(_output(array))
     return message

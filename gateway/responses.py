@@ -4,8 +4,15 @@
   ``serving.decision_threshold``, ``classes[1]`` if score >= threshold else ``classes[0]``;
   without, the model's own label), ``probabilities``;
 - multiclass: ``label`` and ``probabilities`` per class; the response carries ``classes`` once;
-- regression: ``value``;
+- binary or multiclass without probabilities: ``label`` (the model's) and ``scores``, its
+  decision-function values (not probabilities, so no ``score`` and no threshold);
+- regression: ``value``, a number, or a list of ``serving.targets`` numbers when there are more;
+- outlier: ``outlier``, ``label`` (-1 outlier, 1 inlier) and ``score`` (decision function,
+  lower is more anomalous); without a label output, outlier = score < ``outlier_below``;
 - other: ``outputs``, every output of the model passed through by name.
+
+An answer that does not fit the contract (a value with more columns than targets, no score, a
+label outside -1/1) is an OutputMismatch naming the output, never a silently wrong answer.
 
 Labels are class values and keep their type (an int stays an int, a string a string). Models
 exported before ``serving.kind`` are read as the gateway always read them: ``score`` (else the
@@ -21,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from gateway.catalog import ClassLabel, Kind, ModelSpec
-from gateway.errors import GatewayError
+from gateway.errors import OutputMismatch
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,11 @@ class Prediction:
     probabilities: tuple[float, ...] = ()
     value: float | None = None
     outputs: Mapping[str, np.ndarray] = field(default_factory=dict)  # kind "other": this row's
+    # classifiers without probabilities: the decision function's values (None: the model has
+    # probabilities, and the answer keeps the shape it always had)
+    scores: tuple[float, ...] | None = None
+    values: tuple[float, ...] | None = None  # regression with serving.targets > 1
+    outlier: bool | None = None  # kind outlier
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,8 @@ class PredictResult:
 
 
 def _as_dict(kind: Kind, p: Prediction) -> dict[str, Any]:
+    if kind in ("binary", "multiclass") and p.scores is not None:
+        return {"label": p.label, "scores": list(p.scores), "defaults_used": p.defaults_used}
     if kind == "binary":
         return {
             "score": p.score,
@@ -64,7 +78,10 @@ def _as_dict(kind: Kind, p: Prediction) -> dict[str, Any]:
     if kind == "multiclass":
         return {"label": p.label, "probabilities": list(p.probabilities), "defaults_used": p.defaults_used}
     if kind == "regression":
-        return {"value": p.value, "defaults_used": p.defaults_used}
+        value = list(p.values) if p.values is not None else p.value
+        return {"value": value, "defaults_used": p.defaults_used}
+    if kind == "outlier":
+        return {"outlier": p.outlier, "label": p.label, "score": p.score, "defaults_used": p.defaults_used}
     return {"outputs": {k: v.tolist() for k, v in p.outputs.items()}, "defaults_used": p.defaults_used}
 
 
@@ -78,8 +95,18 @@ def _text(array: np.ndarray) -> np.ndarray:
 def _output(out: Mapping[str, np.ndarray], name: str, n: int) -> np.ndarray:
     array = out.get(name)
     if array is None or len(array) != n:
-        raise GatewayError(f"the model's output {name!r} is missing or has not one row per input row")
+        raise OutputMismatch(f"the model's output {name!r} is missing or has not one row per input row")
     return array
+
+
+def _columns(out: Mapping[str, np.ndarray], name: str, n: int, want: int, what: str) -> np.ndarray:
+    """Output ``name`` as ``[n, want]`` float64; any other width is the contract broken."""
+    array = _output(out, name, n).reshape(n, -1)
+    if array.shape[1] != want:
+        raise OutputMismatch(
+            f"the model's {what} output {name!r} has {array.shape[1]} column(s); {want} expected"
+        )
+    return array.astype(np.float64)
 
 
 def _class_values(classes: tuple[ClassLabel, ...] | None, labels: np.ndarray) -> list[ClassLabel]:
@@ -99,16 +126,23 @@ def predictions(spec: ModelSpec, out: Mapping[str, np.ndarray], defaults: list[b
         return _legacy(out, defaults)
     if spec.kind == "regression":
         assert spec.roles.value is not None  # the catalog requires it
-        values = _output(out, spec.roles.value, n).reshape(n, -1)[:, 0]
-        return [Prediction(defaults[i], value=float(values[i])) for i in range(n)]
+        what = f"value (serving.targets {spec.targets})"
+        values = _columns(out, spec.roles.value, n, spec.targets, what)
+        if spec.targets == 1:
+            return [Prediction(defaults[i], value=float(values[i, 0])) for i in range(n)]
+        return [Prediction(defaults[i], values=tuple(map(float, values[i]))) for i in range(n)]
+    if spec.kind == "outlier":
+        return _outliers(spec, out, defaults)
     if spec.kind == "other":
         arrays = {name: _text(_output(out, name, n)) for name in spec.outputs}
         return [Prediction(defaults[i], outputs={k: v[i] for k, v in arrays.items()}) for i in range(n)]
-    assert spec.classes is not None and spec.roles.probabilities is not None  # the catalog requires them
+    assert spec.classes is not None  # the catalog requires them
     classes = spec.classes
+    if spec.roles.probabilities is None:
+        return _decisions(spec, classes, out, defaults)
     probs = _output(out, spec.roles.probabilities, n).astype(np.float64)
     if probs.ndim != 2 or probs.shape[1] != len(classes):
-        raise GatewayError(
+        raise OutputMismatch(
             f"the model's probabilities have shape {list(probs.shape)}; serving.classes has {len(classes)}"
         )
     if spec.kind == "binary" and spec.decision_threshold is not None:
@@ -128,6 +162,46 @@ def predictions(spec: ModelSpec, out: Mapping[str, np.ndarray], defaults: list[b
     ]
 
 
+def _decisions(
+    spec: ModelSpec, classes: tuple[ClassLabel, ...], out: Mapping[str, np.ndarray], defaults: list[bool]
+) -> list[Prediction]:
+    """A classifier without probabilities: its own label, and its decision-function scores
+    ([N, C], or [N, 1] for a binary model's one signed distance)."""
+    n = len(defaults)
+    assert spec.roles.label is not None  # the catalog requires a label without probabilities
+    labels = _class_values(classes, _output(out, spec.roles.label, n))
+    scores: np.ndarray = np.empty((n, 0))
+    if spec.roles.scores is not None:
+        scores = _output(out, spec.roles.scores, n).reshape(n, -1).astype(np.float64)
+        widths = (1, 2) if spec.kind == "binary" else (len(classes),)
+        if scores.shape[1] not in widths:
+            raise OutputMismatch(
+                f"the model's scores output {spec.roles.scores!r} has {scores.shape[1]} column(s); a "
+                f"{spec.kind} model over {len(classes)} classes has {' or '.join(map(str, widths))}"
+            )
+    return [Prediction(defaults[i], label=labels[i], scores=tuple(map(float, scores[i]))) for i in range(n)]
+
+
+def _outliers(spec: ModelSpec, out: Mapping[str, np.ndarray], defaults: list[bool]) -> list[Prediction]:
+    n = len(defaults)
+    assert spec.roles.score is not None and spec.outlier_score is not None  # the catalog requires them
+    scores = _columns(out, spec.roles.score, n, 1, "score")[:, 0]
+    if spec.roles.label is not None:
+        raw = _output(out, spec.roles.label, n).reshape(n, -1)
+        if raw.shape[1] != 1 or raw.dtype == object or not np.isin(raw, (-1, 1)).all():
+            raise OutputMismatch(
+                f"the model's label output {spec.roles.label!r} is not one column of -1 (outlier) "
+                "or 1 (inlier)"
+            )
+        labels = raw[:, 0].astype(np.int64)
+    else:  # the label an outlier detector's predict() gives: -1 below the threshold
+        labels = np.where(scores < spec.outlier_score.outlier_below, -1, 1)
+    return [
+        Prediction(defaults[i], score=float(scores[i]), label=int(labels[i]), outlier=bool(labels[i] == -1))
+        for i in range(n)
+    ]
+
+
 def _legacy(out: Mapping[str, np.ndarray], defaults: list[bool]) -> list[Prediction]:
     probs = out.get("probabilities")
     if "score" in out:
@@ -135,7 +209,7 @@ def _legacy(out: Mapping[str, np.ndarray], defaults: list[bool]) -> list[Predict
     elif probs is not None:
         scores = probs[:, -1]
     else:
-        raise GatewayError("the model returned neither score nor probabilities")
+        raise OutputMismatch("the model returned neither score nor probabilities")
     labels = out["label"][:, 0] if "label" in out else (scores >= 0.5).astype(np.int64)
     return [
         Prediction(

@@ -101,7 +101,8 @@ class Binner:
                 self._columns.append((int(self.offsets[i]), self._categorical(spec, b)))
         if reference.prediction is not None and reference.prediction.kind == "categorical":
             self._columns.append((int(self.offsets[-1]), self._label(reference.prediction)))
-        self._read_score = (lambda p: p.score) if spec.kind == "binary" else (lambda p: p.value)
+        # binary (with probabilities) and outlier compare their score, a regressor its value
+        self._read_score = (lambda p: p.value) if spec.kind == "regression" else (lambda p: p.score)
 
     def count(self, observation: Observation, keep: np.ndarray | None = None) -> np.ndarray:
         """Counts per flat bin of ``observation``'s rows (only the ``keep`` indices, when given)."""
@@ -143,7 +144,7 @@ class Binner:
 
     @staticmethod
     def _label(binned: Binned) -> Column:
-        """Multiclass: the predicted label, over ``serving.classes``."""
+        """Multiclass, and binary without probabilities: the predicted label, over ``serving.classes``."""
         lookup, other = categorical_lookup(binned, string=False), len(binned.categories)
 
         def labels(observation: Observation, keep: np.ndarray | None) -> np.ndarray:

@@ -25,8 +25,26 @@ log = logging.getLogger("gateway")
 
 FORMAT = 1
 PREDICTION = "__prediction__"  # the ``feature`` label of the prediction (docs/drift.md §2)
-_PREDICTION_NAMES = {"binary": ("score", "numeric"), "multiclass": ("label", "categorical"),
-                     "regression": ("value", "numeric")}  # fmt: skip
+
+
+def prediction_of(spec: ModelSpec) -> tuple[str, Literal["numeric", "categorical"]] | None:
+    """The reference's ``prediction`` entry a model's kind implies: its name and kind, or None
+    when there is none to compare (kind ``other``, legacy exports, and multi-target regressors,
+    whose K values have no one distribution; their drift covers the inputs only)."""
+    if spec.legacy:
+        return None
+    if spec.kind == "binary" and spec.roles.probabilities is not None:
+        return "score", "numeric"  # the probability of classes[1]
+    if spec.kind in ("binary", "multiclass"):
+        # Decision-function scores have no scale shared across models or retrains: the
+        # predicted label, over the classes, is what is compared.
+        return "label", "categorical"
+    if spec.kind == "regression":
+        return ("value", "numeric") if spec.targets == 1 else None
+    if spec.kind == "outlier":
+        return "score", "numeric"  # the decision function, binned like a regression value
+    return None
+
 
 Category = str | bool | int | float
 
@@ -76,7 +94,7 @@ class Reference:
     rows: int
     source: str
     features: tuple[Binned, ...]  # the model's columns, in signature order
-    prediction: Binned | None  # None for kind "other"
+    prediction: Binned | None  # None when prediction_of(spec) is (kind "other", K targets)
 
     @property
     def binned(self) -> tuple[Binned, ...]:
@@ -147,8 +165,9 @@ def parse_reference(text: str, spec: ModelSpec) -> Reference:
         for i, f in enumerate(features)
     )
     prediction = None
-    if spec.kind in _PREDICTION_NAMES and not spec.legacy:
-        name, kind = _PREDICTION_NAMES[spec.kind]
+    expected = prediction_of(spec)
+    if expected is not None:
+        name, kind = expected
         prediction = _binned("prediction", raw.get("prediction"), kind)
         if prediction.name != name:
             raise ReferenceError(f"prediction is {prediction.name!r}; a {spec.kind} model's is {name!r}")

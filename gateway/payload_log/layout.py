@@ -8,9 +8,11 @@ feature ``{view}__{feature}``, ``{view}__{feature}__timestamp`` and ``{view}__{f
 ``FileLoggingDestination``) and any Parquet reader (pandas, Evidently, DuckDB) read it, plus:
 
 - request-time fields under their own names (as Feast names a request source's fields);
-- our prediction columns: ``__model``, ``__model_version``, and by kind ``__score`` (binary),
-  ``__label`` (classifiers, the class value in its own type), ``__probabilities`` (classifiers,
-  in ``classes`` order), ``__value`` (regression), and ``__defaults_used``.
+- our prediction columns: ``__model``, ``__model_version``, and by kind ``__score`` (binary,
+  outlier), ``__label`` (classifiers, the class value in its own type; outlier, -1 or 1),
+  ``__probabilities`` (classifiers, in ``classes`` order), ``__scores`` (classifiers without
+  probabilities: decision-function values), ``__value`` (regression), ``__values`` (regression
+  with several targets), ``__outlier`` (outlier), and ``__defaults_used``.
 
 Values are what the model was sent (float32 in the matrix layout), except that a missing online
 value is null with status NOT_FOUND, where Triton got its stand-in (NaN, ``""``). ``__log_date``
@@ -125,18 +127,28 @@ def _label_type(spec: ModelSpec) -> pa.DataType:
 
 def _predictions(spec: ModelSpec, predictions: Sequence[Any]) -> dict[str, pa.Array]:
     out: dict[str, pa.Array] = {}
-    if spec.kind == "binary":
+    probabilities = spec.roles.probabilities is not None or spec.legacy
+    if (spec.kind == "binary" and probabilities) or spec.kind == "outlier":
         out["__score"] = pa.array([p.score for p in predictions], type=pa.float64())
+    if spec.kind == "outlier":
+        out["__label"] = pa.array([p.label for p in predictions], type=pa.int64())
+        out["__outlier"] = pa.array([p.outlier for p in predictions], type=pa.bool_())
     if spec.kind in ("binary", "multiclass"):
         label = _label_type(spec)
         labels = [p.label for p in predictions]
         out["__label"] = pa.array(
             [None if v is None else str(v) for v in labels] if label == pa.string() else labels, type=label
         )
-        out["__probabilities"] = pa.array(
-            [list(p.probabilities) for p in predictions], type=pa.list_(pa.float64())
-        )
-    if spec.kind == "regression":
+        if probabilities:
+            out["__probabilities"] = pa.array(
+                [list(p.probabilities) for p in predictions], type=pa.list_(pa.float64())
+            )
+        else:
+            scores = [list(p.scores or ()) for p in predictions]
+            out["__scores"] = pa.array(scores, type=pa.list_(pa.float64()))
+    if spec.kind == "regression" and spec.targets == 1:
         out["__value"] = pa.array([p.value for p in predictions], type=pa.float64())
+    if spec.kind == "regression" and spec.targets > 1:
+        out["__values"] = pa.array([list(p.values or ()) for p in predictions], type=pa.list_(pa.float64()))
     out["__defaults_used"] = pa.array([p.defaults_used for p in predictions], type=pa.bool_())
     return out

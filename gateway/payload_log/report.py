@@ -29,7 +29,8 @@ from gateway.drift.stats import Drift, Thresholds, drift_of
 from gateway.payload_log.layout import LOG_TIMESTAMP, VERSION
 from gateway.payload_log.sink import PARTITION_KEY, open_filesystem
 
-PREDICTION_COLUMNS = {"binary": "__score", "multiclass": "__label", "regression": "__value"}
+# the log column of the reference's prediction, by its name (gateway/drift/reference.py prediction_of)
+PREDICTION_COLUMNS = {"score": "__score", "label": "__label", "value": "__value"}
 
 
 class ReportError(Exception):
@@ -138,10 +139,19 @@ def _spec(model: str, version: str, serving: dict[str, Any]) -> ModelSpec:
     columns = tuple(Column(c["name"], c["dtype"]) for c in serving.get("columns") or [])
     kind = serving.get("kind", "binary")
     classes = tuple(serving["classes"]) if serving.get("classes") else None
+    # the roles and targets decide which prediction the reference holds (binary without
+    # probabilities: the label; several targets: none)
+    # (metadata without outputs predates issue 19: a classifier then always had probabilities)
+    outputs = serving.get("outputs")
+    if not isinstance(outputs, dict):
+        outputs = {"label": "label", "probabilities": "probabilities"}
+    roles = OutputRoles(**{r: outputs.get(r) for r in ("label", "probabilities", "scores", "value", "score")})
+    targets = serving.get("targets", 1)
     return ModelSpec(
         name=model, triton_model=model, version=version, layout=serving.get("layout", "matrix"),
         input_name="", columns=columns, feature_service="", entity_keys=(), request_fields=(),
-        kind=kind, classes=classes, roles=OutputRoles(), outputs=(), legacy="kind" not in serving,
+        kind=kind, classes=classes, roles=roles, outputs=(), legacy="kind" not in serving,
+        targets=targets if isinstance(targets, int) else 1,
     )  # fmt: skip
 
 
@@ -200,7 +210,7 @@ def _version(
     if reference is not None:
         for binned in reference.binned:
             is_prediction = binned is reference.prediction
-            column = PREDICTION_COLUMNS.get(str(serving.get("kind"))) if is_prediction else None
+            column = PREDICTION_COLUMNS.get(binned.name) if is_prediction else None
             column = column if column in frame.columns else _log_column(frame, binned.name)
             string = dtypes.get(binned.name) == "string" or (is_prediction and binned.kind == "categorical")
             features.append(_feature(frame, binned.name, column, binned, string, thresholds))

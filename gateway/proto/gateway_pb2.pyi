@@ -50,7 +50,7 @@ class Output(_message.Message):
     def __init__(self, values: _Optional[_Iterable[float]] = ..., strings: _Optional[_Iterable[str]] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Prediction(_message.Message):
-    __slots__ = ("score", "label", "probabilities", "defaults_used", "class_label", "value", "outputs")
+    __slots__ = ("score", "label", "probabilities", "defaults_used", "class_label", "value", "outputs", "outlier", "scores", "values")
     class OutputsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +65,9 @@ class Prediction(_message.Message):
     CLASS_LABEL_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    OUTLIER_FIELD_NUMBER: _ClassVar[int]
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
     score: float
     label: int
     probabilities: _containers.RepeatedScalarFieldContainer[float]
@@ -72,7 +75,10 @@ class Prediction(_message.Message):
     class_label: Value
     value: float
     outputs: _containers.MessageMap[str, Output]
-    def __init__(self, score: _Optional[float] = ..., label: _Optional[int] = ..., probabilities: _Optional[_Iterable[float]] = ..., defaults_used: _Optional[bool] = ..., class_label: _Optional[_Union[Value, _Mapping]] = ..., value: _Optional[float] = ..., outputs: _Optional[_Mapping[str, Output]] = ...) -> None: ...
+    outlier: bool
+    scores: _containers.RepeatedScalarFieldContainer[float]
+    values: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, score: _Optional[float] = ..., label: _Optional[int] = ..., probabilities: _Optional[_Iterable[float]] = ..., defaults_used: _Optional[bool] = ..., class_label: _Optional[_Union[Value, _Mapping]] = ..., value: _Optional[float] = ..., outputs: _Optional[_Mapping[str, Output]] = ..., outlier: _Optional[bool] = ..., scores: _Optional[_Iterable[float]] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class PredictResponse(_message.Message):
     __slots__ = ("model", "model_version", "predictions", "feature_age_seconds", "kind", "classes")

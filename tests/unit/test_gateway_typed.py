@@ -136,7 +136,8 @@ def test_kind_other_passes_every_output_through():
         ({"serving.classes": None}, "needs serving.classes"),
         ({"serving.classes": [0, 1, 2]}, "binary model has 2 classes"),
         ({"serving.classes": [[0], [1]]}, "numbers or strings"),
-        ({"serving.outputs": {"label": "label"}}, "needs a probabilities output"),
+        # issue 19: a label alone is a classifier without probabilities; no label either is refused
+        ({"serving.outputs": {}}, "needs a probabilities or a label output"),
         ({"serving.outputs": {"probabilities": "probs"}}, "not one of"),
         ({"serving.decision_threshold": "1.5"}, "not a number in [0, 1]"),
         ({"serving.decision_threshold": "nan"}, "not a number in [0, 1]"),
