@@ -1,21 +1,27 @@
-"""What a model answers: binary or multi-class classifier, regressor, or other.
+"""What a model answers: binary or multi-class classifier, regressor, outlier detector, or other.
 
 Each converter describes its model once (``FlavorConverter.describe``); the export records it
 with the version (``serving.kind``, ``serving.classes``, ``serving.outputs``) so clients read
 a prediction by role, not by guessing from output names. Output names are the same for every
-flavor: classifiers ``label`` [N, 1] and ``probabilities`` [N, C], regressors ``prediction``
-[N, 1].
+flavor: classifiers ``label`` [N, 1] and ``probabilities`` [N, C] (a classifier without
+``predict_proba``: ``scores`` [N, C], its decision function, [N, 1] for a binary one), regressors
+``prediction`` [N, K] (K targets, usually 1), outlier detectors ``label`` [N, 1] (1 inlier, -1
+outlier) and ``score`` [N, 1] (the decision function: below 0 is an outlier).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
-KINDS = ("binary", "multiclass", "regression", "other")
+KINDS = ("binary", "multiclass", "regression", "outlier", "other")
 LABEL, PROBABILITIES, PREDICTION = "label", "probabilities", "prediction"
+SCORES, SCORE = "scores", "score"
+# An outlier detector's score is its decision function; scikit-learn's convention (and the
+# label's) is that a score below 0 is an outlier.
+OUTLIER_SCORE = {"source": "decision_function", "outlier_below": 0.0}
 
 
 @dataclass(frozen=True)
@@ -23,23 +29,27 @@ class ModelKind:
     kind: str
     classes: tuple[Any, ...] | None = None  # probability-column order; classifiers only
     outputs: dict[str, str] = field(default_factory=dict)  # role -> output tensor name
+    targets: int = 1  # regression: columns of ``prediction`` (a multi-target regressor's K)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown model kind {self.kind!r}")
 
     @classmethod
-    def classifier(cls, classes: Any) -> ModelKind:
+    def classifier(cls, classes: Any, *, probabilities: bool = True, scores: bool = True) -> ModelKind:
+        """A classifier over ``classes``; without ``predict_proba`` its second output is the
+        decision function (``scores``), or none when it has no decision function either."""
         labels = tuple(_plain(c) for c in classes)
-        return cls(
-            "binary" if len(labels) == 2 else "multiclass",
-            labels,
-            {"label": LABEL, "probabilities": PROBABILITIES},
-        )
+        second = {"probabilities": PROBABILITIES} if probabilities else {"scores": SCORES} if scores else {}
+        return cls("binary" if len(labels) == 2 else "multiclass", labels, {"label": LABEL, **second})
 
     @classmethod
-    def regressor(cls) -> ModelKind:
-        return cls("regression", None, {"value": PREDICTION})
+    def regressor(cls, targets: int = 1) -> ModelKind:
+        return cls("regression", None, {"value": PREDICTION}, targets=targets)
+
+    @classmethod
+    def outlier(cls) -> ModelKind:
+        return cls("outlier", None, {"label": LABEL, "score": SCORE})
 
     @property
     def is_classifier(self) -> bool:
@@ -50,11 +60,31 @@ class ModelKind:
         return bool(self.classes) and any(isinstance(c, str) for c in self.classes or ())
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """The serving facts of the kind (docs/serving-contract.md): ``targets`` only for a
+        multi-target regressor, ``score`` only for an outlier detector."""
+        facts: dict[str, Any] = {
             "kind": self.kind,
             "classes": list(self.classes) if self.classes is not None else None,
             "outputs": dict(self.outputs),
         }
+        if self.kind == "regression" and self.targets > 1:
+            facts["targets"] = self.targets
+        if self.kind == "outlier":
+            facts["score"] = dict(OUTLIER_SCORE)
+        return facts
+
+
+def with_targets(kind: ModelKind, graph: Any) -> ModelKind:
+    """A regressor's kind with its number of targets: the columns of its (normalised) graph's
+    ``prediction`` output, [batch, K]."""
+    if kind.kind != "regression":
+        return kind
+    for out in graph.graph.output:
+        if out.name == kind.outputs.get("value"):
+            dims = [d.dim_value for d in out.type.tensor_type.shape.dim[1:]]
+            targets = int(np.prod(dims)) if dims and all(d > 0 for d in dims) else 1
+            return replace(kind, targets=targets)
+    return kind
 
 
 def _plain(value: Any) -> Any:

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from builder.errors import ConversionError
+from builder.errors import ConversionError, first_line
 from builder.kinds import ModelKind
 from builder.registry.signature import ModelInputs
 from builder.tensors import TensorSpec
@@ -30,6 +30,7 @@ class FlavorConverter(ABC):
     natively for parity."""
 
     flavor: str
+    library = "the converter"  # what makes the ONNX graph, named in refusals
 
     @abstractmethod
     def load(self, local_path: Path) -> Any:
@@ -38,6 +39,15 @@ class FlavorConverter(ABC):
     def served_inputs(self, inputs: ModelInputs) -> ModelInputs:
         """The inputs as this flavor's converter can take them (default: as signed)."""
         return inputs
+
+    def reads_columns_by_name(self, native: Any) -> bool:
+        """Whether the loaded model picks its input columns by name, so that an all-numeric
+        signature must be served one input per column (layout ``columns``), not as one matrix."""
+        return False
+
+    def model_name(self, native: Any) -> str:
+        """The native model as a refusal names it."""
+        return type(native).__name__
 
     def describe(self, native: Any, inputs: ModelInputs) -> ModelKind:
         """Binary/multi-class classifier (with its classes), regressor, or other; raise
@@ -118,38 +128,99 @@ def normalize_outputs(model: onnx.ModelProto, probe: dict[str, np.ndarray]) -> o
     """Declare every output as [batch, ...] and give per-row scalars a trailing axis of 1.
 
     Converters declare output shapes loosely (onnxmltools says ``label`` is [1] when it is [N];
-    others leave the rank out), and Triton's config is derived from the declared shapes. So the
-    graph is run once on ``probe`` rows and the outputs are re-declared from what it really
-    returns. A rank-1 output (a classifier's ``label``) becomes [N, 1]: Triton describes a
-    batched tensor by its per-row dims, and a plain ``dims: [1]`` loads on every backend,
-    where ``reshape`` support varies.
+    others leave the rank out, and skl2onnx's QuadraticDiscriminantAnalysis returns its labels
+    as one row, [1, N]), and Triton's config is derived from the declared shapes. So the graph
+    is run once on ``probe`` rows and the outputs are re-declared from what it really returns.
+    A rank-1 output (a classifier's ``label``), or a [1, N] one when N > 1 rows were sent, becomes
+    [N, 1]: Triton describes a batched tensor by its per-row dims, and a plain ``dims: [1]``
+    loads on every backend, where ``reshape`` support varies.
+
+    Raises GraphError when onnxruntime cannot load or run the graph, or an output is no tensor.
     """
     import onnxruntime as ort
 
     # A session of its own: this graph is not the final one (its outputs are re-declared here),
     # so the export's one session of the final graph (parity.compare.GraphSession) comes after.
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    actual = dict(zip([o.name for o in session.get_outputs()], session.run(None, probe), strict=True))
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # its warnings are about the loose declarations re-declared here
+    try:
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's own types: Fail, InvalidGraph, NotImplemented, ...
+        raise GraphError("load", exc) from exc
+    try:
+        results = session.run(None, probe)
+    except Exception as exc:
+        raise GraphError("run", exc) from exc
+    actual = dict(zip([o.name for o in session.get_outputs()], results, strict=True))
+    rows = len(next(iter(probe.values()))) if probe else 0
     graph = model.graph
     for out in graph.output:
-        shape = actual[out.name].shape
-        if len(shape) == 1:
-            inner = f"{out.name}__rank1"
-            for node in graph.node:
-                node.output[:] = [inner if o == out.name else o for o in node.output]
+        value = actual[out.name]
+        if not isinstance(value, np.ndarray):  # a sequence or map (ZipMap), which Triton cannot carry
+            what = f"output {out.name!r} is a {type(value).__name__}, not a tensor"
+            raise GraphError("serve", ValueError(what))
+        shape = value.shape
+        if len(shape) == 1 or (rows > 1 and shape == (1, rows)):
+            inner = f"{out.name}__per_row"
+            _rename_tensor(graph, out.name, inner)
             # Reshape (opset >= 5), not Unsqueeze (whose axes input needs opset 13): tree
             # converters emit graphs at old or no default-domain opsets.
             target = helper.make_tensor(f"{out.name}__shape", onnx.TensorProto.INT64, [2], [-1, 1])
             graph.initializer.append(target)
             graph.node.append(helper.make_node("Reshape", [inner, target.name], [out.name]))
             ensure_default_opset(model)
-            shape = (*shape, 1)
+            shape = (rows, 1)
         declared = out.type.tensor_type.shape
         declared.ClearField("dim")
         declared.dim.add().dim_param = "batch"
         for d in shape[1:]:
             declared.dim.add().dim_value = d
     return model
+
+
+class GraphError(ConversionError):
+    """onnxruntime cannot load (``load``) or run (``run``) a converted graph, or the graph
+    answers with something that is no tensor (``serve``); the export step names the model."""
+
+    def __init__(self, stage: str, cause: BaseException) -> None:
+        verb = {"load": "cannot load", "run": "cannot run"}.get(stage, "cannot serve")
+        super().__init__(f"ONNX Runtime {verb} the converted graph: {first_line(cause)}", hint=GRAPH_HINT)
+        self.stage = stage
+        self.cause = cause
+
+
+GRAPH_HINT = (
+    "the converter made a graph ONNX Runtime (Triton's onnxruntime backend) cannot use for this "
+    "estimator; nothing was written: use an estimator the converter supports fully, or report it "
+    "to the converter's project"
+)
+
+
+def select_column(model: onnx.ModelProto, name: str, column: int) -> onnx.ModelProto:
+    """Keep one column (``-1``: the last) of the 2-D output ``name``, as [N, 1]."""
+    graph = model.graph
+    inner = f"{name}__all_columns"
+    _rename_tensor(graph, name, inner)
+    end = column + 1 if column != -1 else np.iinfo(np.int64).max
+    consts = {
+        f"{name}__starts": [column],
+        f"{name}__ends": [end],
+        f"{name}__axes": [1],
+    }
+    for key, value in consts.items():
+        graph.initializer.append(helper.make_tensor(key, onnx.TensorProto.INT64, [1], value))
+    graph.node.append(helper.make_node("Slice", [inner, *consts], [name]))
+    ensure_default_opset(model)
+    return model
+
+
+def _rename_tensor(graph: onnx.GraphProto, old: str, new: str) -> None:
+    """Rename a node-produced tensor where it is made and wherever it is read (another node may
+    read the output being re-shaped: skl2onnx computes a label from its scores), before a node
+    that makes ``old`` from ``new`` is added."""
+    for node in graph.node:
+        node.output[:] = [new if o == old else o for o in node.output]
+        node.input[:] = [new if i == old else i for i in node.input]
 
 
 def ensure_default_opset(model: onnx.ModelProto) -> None:

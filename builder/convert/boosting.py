@@ -288,6 +288,23 @@ class LightGBMConverter(_BoostingConverter):
     def _booster_predict(self, booster: Any, x: Any) -> np.ndarray:
         return np.asarray(booster.predict(x))
 
+    def vocabulary(self, native: Any, inputs: ModelInputs) -> dict[str, tuple[Any, ...]]:
+        """The categories of each categorical feature (``categorical_feature=``), by input
+        column name: the booster's ``feature_infos`` list the category codes seen in training.
+        Negative codes are LightGBM's missing value, not a category."""
+        booster = native if self._is_native(native) else native.booster_
+        try:
+            infos = booster.dump_model(num_iteration=1).get("feature_infos", {})
+        except Exception:  # a booster that cannot dump itself just has no categories to offer
+            return {}
+        names = list(inputs.feature_names or ())
+        learned: dict[str, tuple[Any, ...]] = {}
+        for i, (feature, info) in enumerate(infos.items()):
+            codes = sorted({int(v) for v in (info or {}).get("values") or () if int(v) >= 0})
+            if codes:
+                learned[names[i] if i < len(names) else feature] = tuple(codes)
+        return learned
+
     def to_onnx(self, native: Any, inputs: ModelInputs, opset: int) -> onnx.ModelProto:
         from onnxmltools import convert_lightgbm
 

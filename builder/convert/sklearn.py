@@ -14,6 +14,7 @@ onnxruntime builds ``C.UTF-8`` from it, which every glibc image has.
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,13 +23,14 @@ from typing import Any
 import numpy as np
 import onnx
 
-from builder.convert.base import FlavorConverter, float32_tensors, native_frame
+from builder.convert.base import FlavorConverter, float32_tensors, native_frame, rename_outputs, select_column
 from builder.errors import ConversionError, first_line
-from builder.kinds import ModelKind
+from builder.kinds import SCORE, SCORES, ModelKind
 from builder.registry.signature import ModelInputs
 from builder.tensors import TensorSpec
 
 STRING_LOCALE = "C"
+ML_OPSET = 3
 
 
 def final_estimator(model: Any) -> Any:
@@ -37,27 +39,84 @@ def final_estimator(model: Any) -> Any:
     return steps[-1][1] if steps else model
 
 
+def _estimator_type(estimator: Any) -> str | None:
+    """scikit-learn's own word for what an estimator is ("classifier", "outlier_detector", ...);
+    None for what is no scikit-learn estimator (a native LightGBM or XGBoost Booster)."""
+    from sklearn.base import BaseEstimator
+    from sklearn.utils import get_tags
+
+    if not isinstance(estimator, BaseEstimator):
+        return None
+    return get_tags(estimator).estimator_type
+
+
+def is_outlier_detector(model: Any) -> bool:
+    return _estimator_type(final_estimator(model)) == "outlier_detector"
+
+
 def is_classifier(model: Any) -> bool:
+    """A classifier, with ``predict_proba`` or without (LinearSVC, RidgeClassifier, a hard
+    VotingClassifier: their second output is the decision function)."""
+    final = final_estimator(model)
+    kind = _estimator_type(final)
+    return kind != "outlier_detector" and (hasattr(final, "predict_proba") or kind == "classifier")
+
+
+def has_probabilities(model: Any) -> bool:
+    # available_if: an SVC without probability=True or a hard VotingClassifier has no attribute
     return hasattr(final_estimator(model), "predict_proba")
+
+
+def has_decision_function(model: Any) -> bool:
+    return hasattr(final_estimator(model), "decision_function")
+
+
+def decision_2d(values: Any) -> np.ndarray:
+    """decision_function as served: [N, 1] for a binary classifier or an outlier detector (one
+    value per row), [N, C] otherwise."""
+    values = np.asarray(values, dtype=np.float64)
+    return values.reshape(len(values), -1)
 
 
 def native_outputs(model: Any, x: Any) -> dict[str, np.ndarray]:
     """Native predictions keyed and shaped like the ONNX outputs of the sklearn-API converters."""
-    if is_classifier(model):
+    if is_outlier_detector(model):
         return {
             "label": np.asarray(model.predict(x)).reshape(-1, 1),
-            "probabilities": np.asarray(model.predict_proba(x)),
+            "score": decision_2d(model.decision_function(x)),
         }
-    return {"prediction": np.asarray(model.predict(x), dtype=np.float64).reshape(-1, 1)}
+    if is_classifier(model):
+        out = {"label": np.asarray(model.predict(x)).reshape(-1, 1)}
+        if has_probabilities(model):
+            out["probabilities"] = np.asarray(model.predict_proba(x))
+        elif has_decision_function(model):
+            out["scores"] = decision_2d(model.decision_function(x))
+        return out
+    prediction = np.asarray(model.predict(x), dtype=np.float64)
+    # One column per target: [N, 1] for a single target, [N, K] for a multi-target regressor.
+    return {"prediction": prediction.reshape(len(prediction), -1)}
 
 
 def describe_estimator(model: Any, flavor: str) -> ModelKind:
-    """Classifier with its ``classes_``, or regressor, for any scikit-learn-API estimator."""
+    """Classifier with its ``classes_``, outlier detector, or regressor, for any
+    scikit-learn-API estimator. (A regressor's number of targets is read from its converted
+    graph: ``with_targets``.)"""
+    if is_outlier_detector(model):
+        return ModelKind.outlier()
     if is_classifier(model):
         classes = getattr(final_estimator(model), "classes_", None)
         if classes is None:
             raise ConversionError(f"this {flavor} classifier has no classes_: is it fitted?")
-        return ModelKind.classifier(classes)
+        if not isinstance(classes, np.ndarray) or classes.ndim != 1:
+            # MultiOutputClassifier: one classes_ array per label column
+            raise ConversionError(
+                f"{type(final_estimator(model)).__name__} predicts several label columns, each with "
+                "its own classes; the serving contract has one label per row",
+                hint="export one classifier per label column",
+            )
+        return ModelKind.classifier(
+            classes, probabilities=has_probabilities(model), scores=has_decision_function(model)
+        )
     if hasattr(final_estimator(model), "predict"):
         return ModelKind.regressor()
     raise ConversionError(f"{type(final_estimator(model)).__name__} has neither predict nor predict_proba")
@@ -95,6 +154,7 @@ def _first_step(model: Any) -> Any:
 
 class SklearnConverter(FlavorConverter):
     flavor = "sklearn"
+    library = "skl2onnx"
 
     def load(self, local_path: Path) -> Any:
         import mlflow.sklearn
@@ -103,6 +163,11 @@ class SklearnConverter(FlavorConverter):
 
     def served_inputs(self, inputs: ModelInputs) -> ModelInputs:
         return float32_tensors(inputs)
+
+    def reads_columns_by_name(self, native: Any) -> bool:
+        """A ColumnTransformer anywhere in the tree picks columns by name: skl2onnx then needs
+        one input per column (the ``columns`` layout), not one matrix."""
+        return any(cols is not None for _, cols in _walk(native))
 
     def describe(self, native: Any, inputs: ModelInputs) -> ModelKind:
         return describe_estimator(native, "scikit-learn")
@@ -134,10 +199,14 @@ class SklearnConverter(FlavorConverter):
 
         options: dict[int, dict[str, Any]] = {}
         final_types = None
+        final = final_estimator(native)
         if is_classifier(native):
-            options[id(final_estimator(native))] = {"zipmap": False}
-        else:
-            final_types = [("prediction", FloatTensorType([None, 1]))]
+            # An empty entry where the converter has no zipmap (LinearSVC): skl2onnx's Pipeline
+            # parser otherwise adds zipmap=True to a classifier step without options.
+            options[id(final)] = {"zipmap": False} if "zipmap" in _allowed_options(final) else {}
+        elif not is_outlier_detector(native):
+            # One column per target: the graph is run once (normalize_outputs) to learn how many.
+            final_types = [("prediction", FloatTensorType([None, None]))]
         for vectorizer in _text_vectorizers(native):
             options[id(vectorizer)] = {"locale": STRING_LOCALE}
         try:
@@ -147,18 +216,50 @@ class SklearnConverter(FlavorConverter):
                     native,
                     initial_types=[_initial_type(t) for t in inputs.tensors],
                     options=options,
-                    target_opset=opset,
+                    # ai.onnx.ml 3 is skl2onnx's own default; said explicitly because the
+                    # IsolationForest converter otherwise asks for 4, which skl2onnx then refuses.
+                    target_opset={"": opset, "ai.onnx.ml": ML_OPSET},
                     final_types=final_types,
                 )
-        except (RuntimeError, NotImplementedError, TypeError, ValueError, KeyError) as exc:
-            what = type(native).__name__
-            if what == "Pipeline":
-                steps = " -> ".join(type(step).__name__ for _, step in native.steps)
-                what = f"the Pipeline ({steps})"
+        except ConversionError:
+            raise
+        except Exception as exc:  # skl2onnx's errors are every type (AssertionError, NameError, ...)
             raise ConversionError(
-                f"skl2onnx cannot convert {what}: {first_line(exc)}", hint=_hint(exc)
+                f"skl2onnx cannot convert {self.model_name(native)}: {first_line(exc)}",
+                hint=_hint(exc, opset),
             ) from exc
+        return self._served_outputs(native, model)
+
+    def _served_outputs(self, native: Any, model: onnx.ModelProto) -> onnx.ModelProto:
+        """skl2onnx's outputs under the names of the serving contract (builder/kinds.py): an
+        outlier detector's ``scores`` is its ``score``; a classifier without predict_proba has
+        its decision function where the probabilities would be: ``scores``, one column for a
+        binary classifier as decision_function returns it."""
+        names = [o.name for o in model.graph.output]
+        if is_outlier_detector(native) and len(names) == 2:
+            return rename_outputs(model, {names[1]: SCORE})
+        if not is_classifier(native) or has_probabilities(native) or len(names) != 2:
+            return model
+        if not has_decision_function(native):  # nothing to check it against, nothing to serve
+            del model.graph.output[1]
+            return model
+        model = rename_outputs(model, {names[1]: SCORES})
+        if len(getattr(final_estimator(native), "classes_", ())) == 2:
+            # skl2onnx gives a binary classifier's decision either as one column, or as two:
+            # [-d, d] for most, [d, -d] for libsvm's (SVC, NuSVC), whose decision is that of
+            # classes_[0] vs classes_[1] in libsvm's own order.
+            from sklearn.svm._base import BaseSVC
+
+            first = isinstance(final_estimator(native), BaseSVC)
+            model = select_column(model, SCORES, 0 if first else -1)
         return model
+
+    def model_name(self, native: Any) -> str:
+        what = type(native).__name__
+        if what == "Pipeline":
+            steps = " -> ".join(type(step).__name__ for _, step in native.steps)
+            what = f"the Pipeline ({steps})"
+        return what
 
     def predict(
         self, native: Any, feeds: dict[str, np.ndarray], inputs: ModelInputs
@@ -196,8 +297,23 @@ def _initial_type(tensor: TensorSpec) -> tuple[str, Any]:
     return tensor.name, types[tensor.dtype]([None, tensor.shape[1] if tensor.shape[1] > 0 else None])
 
 
-def _hint(exc: BaseException) -> str:
+def _allowed_options(estimator: Any) -> Any:
+    """The options skl2onnx's converter of ``estimator`` takes (LinearSVC's has no zipmap: its
+    outputs are plain tensors already); empty when it has no converter (to_onnx says so)."""
+    from skl2onnx._supported_operators import sklearn_operator_name_map
+    from skl2onnx.common._registration import get_converter
+
+    try:
+        return get_converter(sklearn_operator_name_map[type(estimator)]).get_allowed_options() or {}
+    except (KeyError, ValueError):
+        return {}
+
+
+def _hint(exc: BaseException, opset: int) -> str:
     text = str(exc)
+    needed = re.search(r"opset (\d+) < (\d+)", text)
+    if needed:
+        return f"export with --opset {needed.group(2)} (this export asked for opset {opset})"
     if "missing values are string" in text:
         # skl2onnx converts a string SimpleImputer only when its missing marker is a string.
         return (

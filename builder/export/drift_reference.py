@@ -33,7 +33,7 @@ SEED = 0
 TOP_CATEGORIES = 20
 QUANTILES = [i / 10 for i in range(1, 10)]
 _BATCH = 4096  # rows per onnxruntime call (one session, many calls): bounded memory for wide models
-_HINT = "write the model's input columns as the model was trained on them (see demo/train.py model_frame)"
+_HINT = "write the model's input columns as the model was trained on them (see support/train.py model_frame)"
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,15 @@ class Drift:
     """What the export records: the reference, or why there is none."""
 
     reference: dict[str, Any] | None
-    reason: str | None = None
+    reason: str | None = None  # why there is no reference
+    prediction_reason: str | None = None  # why a reference has no prediction entry
 
     def to_metadata(self) -> dict[str, Any]:
         """metadata.json's ``drift``."""
         if self.reference is None:
             return {"reference": None, "reason": self.reason}
+        if self.prediction_reason is not None:
+            return {"reference": self.reference, "prediction_reason": self.prediction_reason}
         return {"reference": self.reference}
 
     def parameter(self) -> str | None:
@@ -211,16 +214,29 @@ def _predict(
     return {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
 
 
+def no_prediction_reason(kind: ModelKind) -> str | None:
+    """Why the reference of a model of this kind records no prediction; None when it does."""
+    if kind.kind == "regression" and kind.targets > 1:
+        return "a multi-target regressor: prediction drift is per target and not recorded"
+    return None
+
+
 def prediction_stats(kind: ModelKind, outputs: dict[str, np.ndarray]) -> dict[str, Any] | None:
     """The prediction's distribution by model kind: binary the probability of ``classes[1]``,
-    multiclass the predicted class over every class, regression the value, other none."""
-    if kind.kind == "other":
+    multiclass (and a classifier without probabilities, whose decision scores have no scale
+    shared across models) the predicted class over every class, regression the value, an
+    outlier detector its score (the decision function), other and multi-target regressors none
+    (``no_prediction_reason``)."""
+    if kind.kind == "other" or no_prediction_reason(kind) is not None:
         return None
     empty = not outputs
-    if kind.kind == "binary":
+    if kind.kind == "outlier":
+        scores = np.empty(0) if empty else outputs[kind.outputs["score"]].ravel()
+        return numeric_stats("score", scores)
+    if kind.kind == "binary" and "probabilities" in kind.outputs:
         probs = np.empty((0, 2)) if empty else outputs[kind.outputs["probabilities"]]
         return numeric_stats("score", probs[:, 1])
-    if kind.kind == "multiclass":
+    if kind.is_classifier:
         labels = [] if empty else [_json_value(v) for v in outputs[kind.outputs["label"]].ravel()]
         return categorical_stats("label", labels, categories=list(kind.classes or ()))
     values = np.empty(0) if empty else outputs[kind.outputs["value"]].ravel()
@@ -282,7 +298,8 @@ def drift_for(source: Source) -> tuple[Drift, str | None]:
             )
         path = found
     frame = read_frame(path, label)
-    return Drift(compute_reference(frame, source.inputs, source.kind, source.graph, label)), None
+    reference = compute_reference(frame, source.inputs, source.kind, source.graph, label)
+    return Drift(reference, prediction_reason=no_prediction_reason(source.kind)), None
 
 
 def log_reference(frame: pd.DataFrame) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from builder.convert import converter_for
-from builder.convert.base import normalize_outputs
+from builder.convert.base import GRAPH_HINT, GraphError, normalize_outputs
 from builder.ensemble.plan import plan_ensemble
 from builder.ensemble.user_step_models import StepModel, step_model_name, step_options
 from builder.ensemble.user_steps import UserStep, load_run_steps
@@ -24,7 +24,7 @@ from builder.errors import BuilderError, ConversionError, ParityError, UsageErro
 from builder.export.context import ExportContext
 from builder.export.describe import model_artifacts, opset_of
 from builder.export.drift_reference import Drift, Source, drift_for
-from builder.kinds import ModelKind
+from builder.kinds import ModelKind, with_targets
 from builder.parity.compare import GraphSession, compare, require_pass
 from builder.parity.rows import build_feeds, example_digest, example_tensors
 from builder.registry.client import RegistryModel, fetch_model, tracking_uri
@@ -216,6 +216,8 @@ class Load(Step):
                 f"{type(exc).__name__}: {str(exc).strip()[:200]}",
                 hint="the artifact may be corrupted or need a library version this environment lacks",
             ) from exc
+        if ctx.inputs.layout == "matrix" and ctx.converter.reads_columns_by_name(ctx.native):
+            _serve_by_column(ctx)
         try:
             ctx.kind = ctx.converter.describe(ctx.native, ctx.inputs)
         except ConversionError as exc:  # name the model, as every other refusal does
@@ -230,12 +232,25 @@ class Load(Step):
         return f"{model.flavor}, {_kind_line(ctx.kind)}"
 
 
+def _serve_by_column(ctx: ExportContext) -> None:
+    """The model picks its columns by name (a ColumnTransformer naming them), which one matrix
+    input cannot carry: serve it one typed input per column instead (layout ``columns``), and
+    plan the ensemble (planned from the matrix before the model was loaded) again."""
+    model = ctx.model
+    signed = inputs_from_signature(model.mlmodel.signature, model_ref=model.ref, layout="columns")
+    ctx.inputs = ctx.converter.served_inputs(signed)
+    if ctx.ensemble is not None:
+        PlanEnsemble().run(ctx, lambda *_: None)
+
+
 def _kind_line(kind: ModelKind) -> str:
     if kind.is_classifier:
         shown = ", ".join(map(repr, (kind.classes or ())[:5]))
         more = ", ..." if len(kind.classes or ()) > 5 else ""
         return f"{kind.kind} classifier (classes {shown}{more})"
-    return "regressor" if kind.kind == "regression" else "outputs passed through by name"
+    if kind.kind == "regression":
+        return "regressor"
+    return "outlier detector" if kind.kind == "outlier" else "outputs passed through by name"
 
 
 class ParityRows(Step):
@@ -244,7 +259,7 @@ class ParityRows(Step):
 
     def run(self, ctx: ExportContext, timed: Timed) -> str:
         inputs = ctx.inputs
-        vocabulary = ctx.converter.vocabulary(ctx.native, inputs) if inputs.layout == "columns" else {}
+        vocabulary = ctx.converter.vocabulary(ctx.native, inputs)
         ctx.feeds = build_feeds(inputs, ctx.example, vocabulary, ctx.request.parity_rows)
         learned = sum(len(v) for v in vocabulary.values())
         note = f", strings from {learned} learned values" if inputs.has_strings else ""
@@ -256,8 +271,19 @@ class Convert(Step):
         return "convert to ONNX"
 
     def run(self, ctx: ExportContext, timed: Timed) -> str:
-        ref = ctx.model.ref
-        graph = check_model(ctx.converter.to_onnx(ctx.native, ctx.inputs, ctx.request.opset), ref)
+        ref, converter = ctx.model.ref, ctx.converter
+        what = f"{converter.library} made for {converter.model_name(ctx.native)}"
+        try:
+            converted = converter.to_onnx(ctx.native, ctx.inputs, ctx.request.opset)
+        except BuilderError:
+            raise
+        except Exception as exc:  # the boundary: a converter's own bug is a refusal, not a traceback
+            raise ConversionError(
+                f"{ref}: {converter.library} failed converting {converter.model_name(ctx.native)}: "
+                f"{type(exc).__name__}: {first_line(exc)}",
+                hint="report it to the converter's project; nothing was written",
+            ) from exc
+        graph = check_model(converted, ref)
         expected = {t.name for t in ctx.inputs.tensors}
         actual = {t.name for t in graph_tensors(graph.graph.input)}
         if expected != actual:
@@ -267,8 +293,18 @@ class Convert(Step):
         # Output shapes are re-declared from a run on real rows (the first parity rows). That
         # probe runs a graph that is not yet final, in a session of its own; the final graph
         # gets one session here, which parity, the drift reference and the plan step share.
-        ctx.graph = check_model(normalize_outputs(graph, ctx.feeds.head(3)), ref)
+        try:
+            normalized = normalize_outputs(graph, ctx.feeds.head(3))
+        except GraphError as exc:
+            verb = {"load": "cannot load", "run": "cannot run"}.get(exc.stage, "cannot serve")
+            raise ConversionError(
+                f"{ref}: ONNX Runtime {verb} the graph {what}: {first_line(exc.cause)}", hint=exc.hint
+            ) from exc
+        ctx.graph = check_model(normalized, ref)
         ctx.session = GraphSession(ctx.graph)
+        # A regressor's number of targets is what its graph answers per row (checked against the
+        # native model by parity next).
+        ctx.kind = with_targets(ctx.kind, ctx.graph)
         return f"opset {opset_of(ctx.graph)}, {len(ctx.graph.graph.node)} nodes"
 
 
@@ -289,8 +325,12 @@ class Parity(Step):
         try:
             converted = ctx.session.run(feeds.arrays)
         except Exception as exc:  # onnxruntime refusing the graph or the rows
-            first = first_line(exc)
-            raise ConversionError(f"{ref}: ONNX Runtime cannot run the converted graph: {first}") from exc
+            converter, first = ctx.converter, first_line(exc)
+            raise ConversionError(
+                f"{ref}: ONNX Runtime cannot run the graph {converter.library} made for "
+                f"{converter.model_name(ctx.native)}: {first}",
+                hint=GRAPH_HINT,
+            ) from exc
         report = compare(
             converted,
             native,

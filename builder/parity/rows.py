@@ -5,6 +5,19 @@ exactly what Triton will be sent. Strings are never random characters: they come
 example and the categories/vocabulary the model learned (``FlavorConverter.vocabulary``), plus
 the empty string and a value the model never saw (the "unknown" path a OneHotEncoder with
 ``handle_unknown="ignore"`` takes in production).
+
+Numbers follow one rule, column by column (a 2-D tensor's columns, e.g. the matrix layout's
+DataFrame columns; any other tensor as a whole), so that generated rows look like the training
+data (``_draw``):
+
+1. a column the model knows categories for (``vocabulary``: a LightGBM categorical feature, a
+   scikit-learn encoder's integer categories) draws from those categories;
+2. a column whose example values are all integers (an int dtype, or floats like ``3.0``) draws
+   integers within the example's [min, max];
+3. any other float column draws uniformly within the example's [min, max] (a constant column:
+   half its magnitude either side, never below 0 when the example is non-negative);
+4. a column with NaN in the example gets NaN in 15 % of its generated rows;
+5. without an example, ints are drawn from 0..9 and floats from a standard normal.
 """
 
 from __future__ import annotations
@@ -91,13 +104,19 @@ def build_feeds(
     vocabulary: dict[str, tuple[Any, ...]],
     generated: int,
 ) -> Feeds:
-    """The example rows, then ``generated`` rows (at least 8 without an example)."""
+    """The example rows, then ``generated`` rows (at least 8 without an example).
+
+    ``vocabulary`` is keyed by input name, or by column name for the matrix layout's columns."""
     rng = np.random.default_rng(0)
     parts: list[dict[str, np.ndarray]] = [example] if example is not None else []
     if generated > 0 or not parts:
         rows = max(generated, 8)
+        columns = tuple(c.name for c in inputs.columns) if inputs.layout == "matrix" else ()
         parts.append(
-            {t.name: _generate(t, rows, rng, example, vocabulary.get(t.name, ())) for t in inputs.tensors}
+            {
+                t.name: _generate(t, rows, rng, example, vocabulary.get(t.name, ()), vocabulary, columns)
+                for t in inputs.tensors
+            }
         )
     arrays = {t.name: np.concatenate([p[t.name] for p in parts]) for t in inputs.tensors}
     sources = (["input_example"] if example is not None else []) + (
@@ -112,7 +131,11 @@ def _generate(
     rng: np.random.Generator,
     example: dict[str, np.ndarray] | None,
     learned: tuple[Any, ...],
+    vocabulary: dict[str, tuple[Any, ...]] | None = None,
+    columns: tuple[str, ...] = (),
 ) -> np.ndarray:
+    """Generated rows of one tensor. ``columns`` names a 2-D tensor's columns (the matrix
+    layout's DataFrame columns), whose learned values ``vocabulary`` may hold by column name."""
     seen = example.get(tensor.name) if example is not None else None
     if tensor.dtype == "string":
         known = [*learned, *(seen.ravel().tolist() if seen is not None else [])]
@@ -121,14 +144,55 @@ def _generate(
         out = tensor.sample(rows, rng, words)
         out.reshape(-1)[:2] = ["", UNSEEN]
         return out
-    if learned and tensor.dtype.startswith("int"):
-        return tensor.sample(rows, rng, tuple(learned))
-    if seen is not None and seen.size and tensor.dtype.startswith(("int", "uint")):
-        # Integers are often indices (an embedding's, a category code): stay in the seen range.
-        low, high = int(seen.min()), int(seen.max())
-        return rng.integers(low, high + 1, size=tensor.sample(rows, rng).shape).astype(tensor.dtype)
-    out = tensor.sample(rows, rng)
-    if seen is not None and out.dtype.kind == "f" and np.isnan(seen).any():
+    if tensor.dtype == "bool":
+        return tensor.sample(rows, rng)
+    shape = tensor.sample(rows, rng).shape
+    if len(shape) != 2:  # images, sequences: the rule over the tensor as a whole
+        flat = seen.reshape(-1) if seen is not None else None
+        return _draw(shape, tensor.dtype, rng, flat, learned)
+    out = np.empty(shape, dtype=numpy_dtype(tensor.dtype))
+    per_column = seen is not None and seen.ndim == 2 and seen.shape[1] == shape[1]
+    for j in range(shape[1]):
+        name = columns[j] if j < len(columns) else None
+        column_learned = (vocabulary or {}).get(name, ()) if name is not None else ()
+        if not column_learned and shape[1] == 1:
+            column_learned = learned
+        column_seen = seen[:, j] if per_column and seen is not None else None
+        if seen is not None and not per_column:
+            column_seen = seen.reshape(-1)
+        out[:, j] = _draw((shape[0],), tensor.dtype, rng, column_seen, column_learned)
+    return out
+
+
+def _draw(
+    shape: tuple[int, ...],
+    dtype: str,
+    rng: np.random.Generator,
+    seen: np.ndarray | None,
+    learned: tuple[Any, ...],
+) -> np.ndarray:
+    """Values of one column (or tensor) by the module's rule: learned categories, else the
+    example's integers or range, else what the dtype allows."""
+    target = numpy_dtype(dtype)
+    is_int = dtype.startswith(("int", "uint"))
+    numbers = [v for v in learned if isinstance(v, int | float | np.integer | np.floating) and v == v]
+    if numbers:
+        return rng.choice(np.asarray(numbers), size=shape).astype(target)
+    values = np.asarray(seen, dtype=np.float64).reshape(-1) if seen is not None else np.empty(0)
+    finite = values[np.isfinite(values)]
+    if not finite.size:
+        out = rng.integers(0, 10, size=shape) if is_int else rng.normal(size=shape)
+    else:
+        low, high = float(finite.min()), float(finite.max())
+        if is_int or bool(np.all(finite == np.round(finite))):
+            out = rng.integers(int(low), int(high) + 1, size=shape)
+        else:
+            if high == low:  # one value seen: half its magnitude either side
+                spread = max(abs(low), 1.0) / 2
+                low, high = (max(low - spread, 0.0) if low >= 0 else low - spread), high + spread
+            out = rng.uniform(low, high, size=shape)
+    out = out.astype(target)
+    if out.dtype.kind == "f" and values.size and np.isnan(values).any():
         # The example has missing values, so the model takes them: test that path too.
         out[rng.random(out.shape) < 0.15] = np.nan
     return out

@@ -59,8 +59,36 @@ def _client() -> Any:
     # MLflow's download progress bars are noise in a CLI that prints its own progress.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     uri = tracking_uri()
+    registry = os.environ.get("MLFLOW_REGISTRY_URI") or uri
+    for store in dict.fromkeys((uri, registry)):
+        require_sqlite_file(store)
     mlflow.set_tracking_uri(uri)
-    return MlflowClient(tracking_uri=uri, registry_uri=os.environ.get("MLFLOW_REGISTRY_URI") or uri)
+    return MlflowClient(tracking_uri=uri, registry_uri=registry)
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (``sqlite:///rel.db`` is relative to the
+    current directory, ``sqlite:////abs.db`` absolute); None for other stores and in-memory ones."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///") :].split("?", 1)[0]
+    if not path or path == ":memory:":
+        return None
+    return Path(path)
+
+
+def require_sqlite_file(uri: str) -> None:
+    """Refuse a SQLite registry whose file does not exist: MLflow would create an empty one
+    (and its tables) in its place, and the export would then fail on a model that was never
+    there, leaving a stray ``mlflow.db`` behind."""
+    path = sqlite_path(uri)
+    if path is None or path.is_file():
+        return
+    raise RegistryError(
+        f"no MLflow registry at {uri} (the file {path.absolute()} does not exist)",
+        hint="set MLFLOW_TRACKING_URI to your registry (e.g. sqlite:////abs/path/mlflow.db or "
+        "http://HOST:5000), or run from the directory that holds mlflow.db",
+    )
 
 
 def _not_found(exc: Exception) -> bool:
@@ -111,7 +139,9 @@ def _resolve_version(client: Any, uri: ModelURI) -> Any:
         if _not_found(exc):
             raise RegistryError(
                 f"no registered model named {uri.name!r} in {tracking_uri()}",
-                hint="list models with `mlflow models` / the MLflow UI, or set MLFLOW_TRACKING_URI",
+                hint=f"list the registered models in the MLflow UI (`mlflow ui --backend-store-uri "
+                f"{tracking_uri()}`) or with MlflowClient().search_registered_models(); or set "
+                "MLFLOW_TRACKING_URI to the registry that holds it",
             ) from exc
         raise
     aliases = dict(getattr(model, "aliases", {}) or {})

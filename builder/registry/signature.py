@@ -8,7 +8,9 @@ their inputs from it:
   and linear models want.
 - ``columns``: a column-based signature with a string column becomes one input per column,
   named after it, typed, shape [-1, 1], in signature order: skl2onnx's convention for
-  DataFrame pipelines (a ColumnTransformer picks its columns out of these inputs).
+  DataFrame pipelines (a ColumnTransformer picks its columns out of these inputs). An
+  all-numeric one too when the loaded model picks its columns by name (the converter's
+  ``reads_columns_by_name``; ints int64, floats float32).
 - ``tensors``: a tensor-based signature (numpy-trained models, PyTorch, ONNX): each named
   tensor spec becomes an input as declared.
 """
@@ -76,8 +78,13 @@ class ModelInputs:
         return any(t.dtype == "string" for t in self.tensors)
 
 
-def inputs_from_signature(signature: ModelSignature | None, *, model_ref: str) -> ModelInputs:
-    """Derive the exported model's inputs, or refuse with a reason the user can act on."""
+def inputs_from_signature(
+    signature: ModelSignature | None, *, model_ref: str, layout: str | None = None
+) -> ModelInputs:
+    """Derive the exported model's inputs, or refuse with a reason the user can act on.
+
+    ``layout="columns"``: a column-based signature as one input per column even when every
+    column is numeric (a model that picks its columns by name, decided once it is loaded)."""
     if signature is None or signature.inputs is None:
         raise ConversionError(
             f"{model_ref} was logged without a signature, so its input names, types and shapes are unknown",
@@ -85,13 +92,13 @@ def inputs_from_signature(signature: ModelSignature | None, *, model_ref: str) -
         )
     specs = signature.inputs.inputs
     if all(isinstance(s, ColSpec) for s in specs):
-        return _tabular(specs, model_ref)
+        return _tabular(specs, model_ref, by_column=layout == "columns")
     if all(isinstance(s, MlflowTensorSpec) for s in specs):
         return _tensors(specs, model_ref)
     raise ConversionError(f"{model_ref}: signature mixes column and tensor inputs")
 
 
-def _tabular(specs: list, model_ref: str) -> ModelInputs:
+def _tabular(specs: list, model_ref: str, by_column: bool = False) -> ModelInputs:
     columns: list[Column] = []
     for i, spec in enumerate(specs):
         type_name = str(spec.type.name) if hasattr(spec.type, "name") else str(spec.type)
@@ -110,7 +117,7 @@ def _tabular(specs: list, model_ref: str) -> ModelInputs:
         if not spec.name:
             raise ConversionError(f"{model_ref}: input column {i} has no name in the signature")
         columns.append(Column(spec.name, _COLUMN_DTYPES[type_name]))
-    if all(c.dtype != "string" for c in columns):
+    if all(c.dtype != "string" for c in columns) and not by_column:
         # All numeric: one float matrix, the cheapest request to build and send.
         matrix = tuple(Column(c.name, "float32") for c in columns)
         tensor = TensorSpec(name=TABULAR_INPUT, dtype="float32", shape=(-1, len(columns)))

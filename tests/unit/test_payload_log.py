@@ -45,7 +45,7 @@ SPEC = ModelSpec(
     roles=OutputRoles(probabilities="probabilities"),
     outputs=("probabilities",),
 )
-# Every column a file of this model has (docs/gateway.md, "Payload log"), in order; then the folder's log_date.
+# Every column a file of this model has (docs/gateway.md, "Payload log"), in order; then log_date.
 COLUMNS = [
     "user_id",
     "merchant_id",
