@@ -24,7 +24,7 @@ import onnx
 
 from builder.convert.base import FlavorConverter, float32_tensors, native_frame, rename_outputs
 from builder.convert.sklearn import describe_estimator, native_outputs
-from builder.errors import ConversionError
+from builder.errors import ConversionError, first_line
 from builder.kinds import LABEL, PREDICTION, PROBABILITIES, ModelKind
 from builder.registry.signature import ModelInputs
 
@@ -202,7 +202,7 @@ class _BoostingConverter(FlavorConverter):
                 )
         except Exception as exc:  # onnxmltools raises bare RuntimeError/ValueError/AttributeError
             raise ConversionError(
-                f"onnxmltools cannot convert this {self.flavor} model: {str(exc).strip()[:200]}",
+                f"onnxmltools cannot convert this {self.flavor} model: {first_line(exc, 200)}",
                 hint="objectives with ONNX support: binary/multiclass classification, regression",
             ) from exc
         return rename_outputs(model, _ONNX_NAMES)

@@ -34,7 +34,7 @@ from builder.convert.base import (
     rename_outputs,
 )
 from builder.convert.boosting import classifier_outputs, refuse_string_columns
-from builder.errors import ConversionError
+from builder.errors import ConversionError, first_line
 from builder.kinds import LABEL, PREDICTION, PROBABILITIES, ModelKind
 from builder.registry.signature import ModelInputs
 
@@ -126,7 +126,7 @@ class CatBoostConverter(FlavorConverter):
                 native.save_model(str(path), format="onnx")
             except Exception as exc:  # CatBoostError, with the exporter's reason
                 raise ConversionError(
-                    f"CatBoost cannot export this model to ONNX: {str(exc).strip()[:200]}",
+                    f"CatBoost cannot export this model to ONNX: {first_line(exc, 200)}",
                     hint="CatBoost exports models without categorical/text features",
                 ) from exc
             model = onnx.load(str(path))

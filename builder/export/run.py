@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from builder.errors import UsageError
+from builder.errors import BuilderError, UsageError
 from builder.export.context import ExportContext, ExportRequest, ExportResult, Progress, StepStatus
 from builder.export.steps import pipeline
 from builder.registry.uri import parse_model_uri
@@ -46,10 +46,13 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
         timer = _Timer(progress)
         for step in pipeline(ctx):
             title = step.title(ctx)
-            if title is None:  # a step that times its own parts (the TensorRT plan)
-                step.run(ctx, timer.run)
-            else:
-                timer.run(title, functools.partial(step.run, ctx, timer.run), str)
+            try:
+                if title is None:  # a step that times its own parts (the TensorRT plan)
+                    step.run(ctx, timer.run)
+                else:
+                    timer.run(title, functools.partial(step.run, ctx, timer.run), str)
+            except BuilderError as exc:
+                raise naming_the_model(exc, ctx) from exc
         return ExportResult(
             name=name,
             version=ctx.version,
@@ -59,6 +62,24 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
             plan_parity=ctx.plan_parity,
             warnings=list(ctx.warnings),
         )
+
+
+def naming_the_model(exc: BuilderError, ctx: ExportContext) -> BuilderError:
+    """The refusal with the model's reference at the head of its line (the error contract,
+    docs/errors.md), wherever in the pipeline it was raised: converters and helpers below the
+    export do not know which model they work on. Before Resolve there is no reference yet; a
+    UsageError is about the command line (its flags and files), not the model; a registered-model
+    serving step's refusal names that model; an error class with its own constructor is passed
+    on as it is."""
+    model = getattr(ctx, "model", None)
+    if model is None or isinstance(exc, UsageError):
+        return exc
+    head = exc.message.split("\n", 1)[0]
+    if any(ref in head for ref in (model.ref, *(sub.uri.raw for sub in ctx.step_exports.values()))):
+        return exc
+    if type(exc).__init__ is not BuilderError.__init__:
+        return exc
+    return type(exc)(f"{model.ref}: {exc.message}", hint=exc.hint)
 
 
 WORKDIR_PREFIX = "builder-export-"

@@ -213,17 +213,12 @@ class Load(Step):
         except Exception as exc:  # a corrupted artifact surfaces as whatever its loader raises
             raise ConversionError(
                 f"{model.ref}: the {model.flavor} model artifact cannot be loaded: "
-                f"{type(exc).__name__}: {str(exc).strip()[:200]}",
+                f"{type(exc).__name__}: {first_line(exc, 200)}",
                 hint="the artifact may be corrupted or need a library version this environment lacks",
             ) from exc
         if ctx.inputs.layout == "matrix" and ctx.converter.reads_columns_by_name(ctx.native):
             _serve_by_column(ctx)
-        try:
-            ctx.kind = ctx.converter.describe(ctx.native, ctx.inputs)
-        except ConversionError as exc:  # name the model, as every other refusal does
-            if exc.message.startswith(model.ref):
-                raise
-            raise ConversionError(f"{model.ref}: {exc.message}", hint=exc.hint) from exc
+        ctx.kind = ctx.converter.describe(ctx.native, ctx.inputs)  # its refusals named in run.py
         try:
             raw = model.mlmodel.load_input_example(str(model.local_path))
         except Exception:  # an unreadable example is not fatal: parity falls back to generated rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,8 @@ class Outcome:
     status: str
     reason: str = ""  # a short category
     detail: str = ""  # the first error line, normalised and shortened
+    # A refusal's breaches of the error contract (docs/errors.md): no model name, no hint.
+    contract: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def cell(self) -> str:
@@ -78,6 +80,16 @@ def first_line(error: BaseException) -> str:
     text = re.sub(r"\bsm_\d{3}\b", "<model>", text)
     text = re.sub(r"(\d\.\d)\d+(e[-+]\d+)?", r"\1…\2", text)  # floats differ in their last digits
     return text if len(text) <= DETAIL_LIMIT else text[: DETAIL_LIMIT - 1] + "…"
+
+
+def contract_breaches(error: BuilderError, model: str) -> tuple[str, ...]:
+    """What a refusal lacks of the contract: the model's name in its one line, and a hint."""
+    breaches = []
+    if model not in error.message.splitlines()[0]:
+        breaches.append("the error line does not name the model")
+    if not error.hint:
+        breaches.append("no hint")
+    return tuple(breaches)
 
 
 def fit(case: Case) -> tuple[Any, Any]:
@@ -127,7 +139,7 @@ def export(run_id: str, artifact: str, repo: Path) -> Outcome:
         try:
             export_model(request)
         except BuilderError as exc:
-            return Outcome(REFUSED, categorise(exc), first_line(exc))
+            return Outcome(REFUSED, categorise(exc), first_line(exc), contract_breaches(exc, artifact))
         except Exception as exc:  # a leaked third-party exception is a bug of the builder
             return Outcome(CRASHED, type(exc).__name__, first_line(exc))
     return Outcome(EXPORTED)

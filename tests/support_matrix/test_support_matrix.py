@@ -61,6 +61,17 @@ def test_the_common_models_export(matrix: tuple[list[matrix_cases.Case], list[Ou
         assert outcomes[key].status == EXPORTED, (key, outcomes[key])
 
 
+def test_every_refusal_names_the_model_and_gives_a_hint(
+    matrix: tuple[list[matrix_cases.Case], list[Outcome]],
+) -> None:
+    breaches = {
+        case.key: (outcome.detail, *outcome.contract)
+        for case, outcome in zip(*matrix, strict=True)
+        if outcome.contract
+    }
+    assert breaches == {}
+
+
 def test_docs_match_the_run(matrix: tuple[list[matrix_cases.Case], list[Outcome]]) -> None:
     generated = render(*matrix)
     if WRITE:
