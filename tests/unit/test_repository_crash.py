@@ -5,7 +5,7 @@ Every layout the builder writes (the bare model, the fused ``NAME_ensemble``, th
 ensemble and its step models, the run's own Python steps) under every version policy: the
 write is first run once to list its steps (the ``_fault`` hook of builder/repository/write.py is
 called at each: temp file written, file replaced, folder renamed), then, for each step k, run
-in a forked child that exits at step k (``os._exit``: no cleanup runs, as under SIGKILL). What
+in a child process that exits at step k (``os._exit``: no cleanup runs, as under SIGKILL). What
 Triton would load from the repository left behind is worked out by a pure function, as Triton
 does it (version_policy, pinned ensemble steps), in poll mode (it reads whatever is on disk at
 any instant; an explicit load reads the same). tests/integration/test_export_crash.py kills
@@ -14,6 +14,7 @@ the real CLI and serves the result with the real Triton.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import shutil
 from dataclasses import dataclass
@@ -150,23 +151,37 @@ def write_steps(repo: Path, arts: list[ModelArtifact], monkeypatch: pytest.Monke
     return points
 
 
-def killed_write(repo: Path, arts: list[ModelArtifact], at: int) -> None:
-    """Write version 2 in a forked child that exits at the ``at``-th step, as SIGKILL would."""
-    pid = os.fork()
-    if pid == 0:  # the child: nothing below returns
-        steps = iter(range(at))
+def _write_until(repo: Path, layout: str, policy: str, at: int) -> None:
+    """The child's work: write version 2 and exit at the ``at``-th step, as SIGKILL would. It
+    builds the artifacts itself (the same as the parent's: nothing in them is random), as the
+    Triton config protobufs do not pickle."""
+    arts = export_artifacts(2, layout, policy)
+    steps = iter(range(at))
 
-        def fault(point: str) -> None:
-            if next(steps, None) is None:
-                os._exit(9)
+    def fault(point: str) -> None:
+        if next(steps, None) is None:
+            os._exit(9)
 
-        try:
-            repository._fault = fault  # type: ignore[assignment]  # the child's copy only
-            write_models(repo, 2, arts)
-        finally:
-            os._exit(0)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 9, f"the child did not reach step {at}"
+    try:
+        repository._fault = fault  # type: ignore[assignment]  # the child's copy only
+        write_models(repo, 2, arts)
+    finally:
+        os._exit(0)
+
+
+# The children are forked from a fork server, a fresh single-threaded process: a test worker
+# that ran other tests first has threads (MLflow's artifact upload pools), and a child forked
+# from a threaded process can block forever on a lock one of them held at the fork.
+_CHILDREN = multiprocessing.get_context("forkserver")
+_CHILDREN.set_forkserver_preload([__name__])
+
+
+def killed_write(repo: Path, layout: str, policy: str, at: int) -> None:
+    """Write version 2 in a child process that exits at the ``at``-th step, as SIGKILL would."""
+    child = _CHILDREN.Process(target=_write_until, args=(repo, layout, policy, at))
+    child.start()
+    child.join(timeout=120)
+    assert child.exitcode == 9, f"the child did not reach step {at} (exit code {child.exitcode})"
 
 
 @pytest.mark.parametrize(("layout", "policy"), CASES)
@@ -185,7 +200,7 @@ def test_killed_at_every_step_triton_serves_one_export_whole(
     for k, point in enumerate(points):
         repo = tmp_path / f"k{k}"
         shutil.copytree(base, repo)
-        killed_write(repo, new_arts, k)
+        killed_write(repo, layout, policy, k)
         view = triton_view(repo)  # every model: one export whole (asserted inside)
         assert set(view) == set(old), point
         for name, served in view.items():
