@@ -122,7 +122,7 @@ def _intro() -> list[str]:
         *[f"- **{shape}**: {note}." for shape, note in data.SHAPE_NOTES.items()],
         "",
         "Rows marked `[2 targets]`, `[2 labels]` or `[3 classes]` are fitted on that target; the",
-        "transformers run in a Pipeline with a final LogisticRegression (binary) or Ridge.",
+        "transformers run in a Pipeline with a final LogisticRegression (binary target).",
     ]
 
 
