@@ -197,3 +197,41 @@ def log_serving_step(run_id: str, step: str, spec: dict[str, Any], code: str | N
     client.log_text(run_id, json.dumps(spec, indent=2), f"serving/steps/{step}/step.json")
     if code is not None:
         client.log_text(run_id, code, f"serving/steps/{step}/model.py")
+
+
+def register_fitted(
+    name: str,
+    model: Any,
+    X: pd.DataFrame,
+    *,
+    flavor: str = "sklearn",
+    tags: dict[str, str] | None = None,
+    reference: bool = False,
+    example_rows: int = 5,
+) -> int:
+    """Log a fitted ``model`` of ``flavor`` with ``X``'s first rows as its input example (and,
+    with ``reference``, ``X`` as its drift reference), register it as ``name@champion``; returns
+    the version. scikit-learn models list the types skops asks to trust, as a user would."""
+    import warnings
+
+    import mlflow
+
+    from builder.reference import log_reference
+
+    kwargs: dict[str, Any] = {"pip_requirements": [flavor]}  # given: inferring them is slow
+    if flavor == "sklearn":
+        import skops.io
+
+        kwargs["skops_trusted_types"] = skops.io.get_untrusted_types(data=skops.io.dumps(model))
+    with mlflow.start_run(run_name=name), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # convergence and MLflow's own deprecations
+        if tags:
+            mlflow.set_tags(tags)
+        info = getattr(mlflow, flavor).log_model(
+            model, name="model", input_example=X.iloc[:example_rows], registered_model_name=name, **kwargs
+        )
+        if reference:
+            log_reference(X)
+    version = int(info.registered_model_version)
+    mlflow.MlflowClient().set_registered_model_alias(name, "champion", str(version))
+    return version

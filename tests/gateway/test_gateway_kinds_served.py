@@ -34,6 +34,7 @@ import requests
 
 from gateway.proto import gateway_pb2, gateway_pb2_grpc, to_value
 from support import servers
+from support.models import register_fitted
 from tests.gateway.conftest import copy_feature_repo
 
 pytestmark = pytest.mark.integration
@@ -86,31 +87,15 @@ def _targets(X: pd.DataFrame, numeric: list[str]) -> np.ndarray:
 
 
 def _register(name: str, model: Any, X: pd.DataFrame, features: list[str]) -> str:
-    import mlflow
-    from mlflow import MlflowClient
-    from skops.io import dumps, get_untrusted_types
-
     from support.train import ENTITY_KEYS, REQUEST_FIELDS
 
-    with mlflow.start_run(run_name=name):
-        mlflow.set_tags(
-            {
-                "feast.feature_service": "fraud_v1",
-                "feast.entity_keys": ",".join(ENTITY_KEYS),
-                "feast.request_fields": ",".join(REQUEST_FIELDS),
-                "feast.features": json.dumps(features),
-            }
-        )
-        info = mlflow.sklearn.log_model(
-            model,
-            name="model",
-            input_example=X.iloc[:5],
-            registered_model_name=name,
-            skops_trusted_types=get_untrusted_types(data=dumps(model)),
-        )
-    version = str(info.registered_model_version)
-    MlflowClient().set_registered_model_alias(name, "champion", version)
-    return version
+    tags = {
+        "feast.feature_service": "fraud_v1",
+        "feast.entity_keys": ",".join(ENTITY_KEYS),
+        "feast.request_fields": ",".join(REQUEST_FIELDS),
+        "feast.features": json.dumps(features),
+    }
+    return str(register_fitted(name, model, X, tags=tags))
 
 
 @pytest.fixture(scope="module")

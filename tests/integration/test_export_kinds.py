@@ -19,7 +19,6 @@ import pytest
 
 from builder.errors import ConversionError
 from builder.export import ExportRequest, export_model
-from builder.export.drift_reference import log_reference
 from builder.runtime.server import TritonServer
 from support import models, servers
 
@@ -27,24 +26,8 @@ pytestmark = pytest.mark.integration
 
 
 def register(name: str, model: Any, X: pd.DataFrame, *, reference: bool = False) -> Any:
-    """Log ``model`` (fitted) with an input example, register it as ``name@champion``."""
-    import mlflow
-    import skops.io
-
-    trusted = skops.io.get_untrusted_types(data=skops.io.dumps(model))
-    with mlflow.start_run(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # convergence and MLflow's own deprecations
-        info = mlflow.sklearn.log_model(
-            model,
-            name="model",
-            input_example=X.iloc[:5],
-            registered_model_name=name,
-            skops_trusted_types=trusted,
-            pip_requirements=["scikit-learn"],
-        )
-        if reference:
-            log_reference(X)
-    mlflow.MlflowClient().set_registered_model_alias(name, "champion", str(info.registered_model_version))
+    """Register ``model`` (fitted) as ``name@champion``; returns the model."""
+    models.register_fitted(name, model, X, reference=reference)
     return model
 
 

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from builder.export import ExportRequest, export_model
+from support.models import register_fitted
 
 pytestmark = pytest.mark.integration
 
@@ -35,14 +36,8 @@ def _frame(rows: int = 200, seed: int = 0) -> tuple[pd.DataFrame, np.ndarray]:
     return X, (score - score.mean()).to_numpy() + rng.normal(0, 0.3, rows)
 
 
-def _register(name: str, flavor: str, model: Any, X: pd.DataFrame, **kwargs: Any) -> str:
-    import mlflow
-
-    with mlflow.start_run():
-        info = getattr(mlflow, flavor).log_model(
-            model, name="model", input_example=X.iloc[:8], registered_model_name=name, **kwargs
-        )
-    mlflow.MlflowClient().set_registered_model_alias(name, "champion", str(info.registered_model_version))
+def _register(name: str, flavor: str, model: Any, X: pd.DataFrame) -> str:
+    register_fitted(name, model, X, flavor=flavor, example_rows=8)
     return f"models:/{name}@champion"
 
 
@@ -64,13 +59,11 @@ def test_lightgbm_on_integer_category_codes_exports_with_parity(
 
 
 def test_categorical_naive_bayes_exports_with_parity(mlflow_registry: str, tmp_path: Path):
-    import skops.io
     from sklearn.naive_bayes import CategoricalNB
 
     X, score = _frame()
     X = X.drop(columns=CODES)  # the support matrix's float DataFrame: non-negative amounts, hours, counts
     model = CategoricalNB().fit(X, (score > 0).astype(int))
-    trusted = skops.io.get_untrusted_types(data=skops.io.dumps(model))
-    uri = _register("rows-categorical-nb", "sklearn", model, X, skops_trusted_types=trusted)
+    uri = _register("rows-categorical-nb", "sklearn", model, X)
     result = export_model(ExportRequest(uri, tmp_path / "repo", parity_rows=64))
     assert result.parity.passed
