@@ -1,4 +1,6 @@
-"""``loadtests gate``: load-test a target with Locust and judge it against an SLA file.
+"""``loadtests gate``: load-test a target with Locust and judge it against an SLA file;
+``loadtests evidence``: judge only the promotion criteria (shadow, quality) on the gateway's
+live evidence, with no load (a pipeline's shadow-gate step).
 
 Errors follow the builder's contract: one ``error:`` line and a ``hint:`` line on stderr and a
 distinct exit code; with ``--json``, a JSON object on stdout too (and the tables go to stderr,
@@ -19,12 +21,15 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from loadtests.errors import EXIT_CODES, GateError, SlaFileError, UsageError
+from loadtests.criteria import window_seconds
+from loadtests.errors import EXIT_CODES, EXIT_EVIDENCE_MISSED, EXIT_PASS, GateError, SlaFileError, UsageError
+from loadtests.evidence import FETCH_TIMEOUT_S, EvidenceSource, Subject, collect_evidence
 from loadtests.gate import GateRequest, default_out_dir, describe_request, parse_duration, run_gate
-from loadtests.report import print_report, write_summary
+from loadtests.promotion import evidence_passed, judge, promotion_summary
+from loadtests.report import print_evidence, print_report, write_markdown, write_summary
 from loadtests.runner import STARTUP_ALLOWANCE_S, STOP_TIMEOUT_S
 from loadtests.settings import API_KEY_ENV, LoadOptions
-from loadtests.sla import resolve_sla_path
+from loadtests.sla import load_sla, resolve_sla_path
 
 
 class UserClassName(StrEnum):
@@ -137,12 +142,33 @@ def gate(
             help="Report folder (default: loadtest-reports/<UTC time>-<user class>)", show_default=False
         ),
     ] = None,
+    gateway: Annotated[
+        str | None,
+        typer.Option(help="Gateway URL for the SLA file's promotion evidence (shadow, quality)"),
+    ] = None,
+    shadow: Annotated[
+        Path | None, typer.Option(help="Shadow evidence file (`gateway shadow --json`)")
+    ] = None,
+    quality: Annotated[
+        Path | None, typer.Option(help="Quality evidence file (`gateway quality report --json`)")
+    ] = None,
+    challenger_version: Annotated[
+        str | None, typer.Option(help="Fail unless the evidence is about this challenger version")
+    ] = None,
+    api_key_env: Annotated[
+        str, typer.Option(help="Environment variable holding the gateway's API key (for --gateway)")
+    ] = API_KEY_ENV,
+    evidence_timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds per evidence request to the gateway")
+    ] = FETCH_TIMEOUT_S,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout")] = False,
 ) -> None:
     """Check the target answers, run Locust headless against it, and judge every SLA line.
 
-    Writes summary.json, Locust's CSV and HTML reports, its log, and latency.png into --out.
-    The API key, if the target needs one, comes from $LOADTESTS_API_KEY (never a flag).
+    When the SLA file has a promotion: section, its evidence (--gateway, or --shadow/--quality
+    files) is read before the load and judged after the latency checks.
+    Writes summary.json, report.md, Locust's CSV and HTML reports, its log, and latency.png
+    into --out. API keys come from $LOADTESTS_API_KEY (never a flag).
     """
     # absolute: Locust runs in the report folder, and summary.json names files a reader can open
     out_dir = (out or default_out_dir(user_class.value)).expanduser().absolute()
@@ -169,6 +195,8 @@ def gate(
             ),
             wait_ready_s=wait_ready,
             hard_timeout_s=timeout,
+            evidence=_evidence_source(gateway, shadow, quality, api_key_env, evidence_timeout),
+            challenger_version=challenger_version,
         )
         console.print(
             escape(
@@ -182,18 +210,132 @@ def gate(
         _report_error(exc, json_output, out_dir, request, out_given=out is not None)
         raise typer.Exit(exc.exit_code) from None
 
-    print_report(console, result.stats, result.checks, result.passed)
+    latency_ok = result.passed if result.latency_passed is None else result.latency_passed
+    print_report(console, result.stats, result.checks, latency_ok, result.evidence_checks)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     summary_path = write_summary(out_dir, result.summary)
+    write_markdown(out_dir, result.summary)
     console.print(
         escape(
-            f"reports: {out_dir}/ (summary.json, locust_report.html, locust_*.csv, latency.png, locust.log)"
+            f"reports: {out_dir}/ (summary.json, report.md, locust_report.html, locust_*.csv, latency.png, "
+            "locust.log)"
         )
     )
     if json_output:
         sys.stdout.write(json.dumps(result.summary | {"summary_path": str(summary_path)}, indent=2) + "\n")
     raise typer.Exit(result.exit_code)
+
+
+def _evidence_source(
+    gateway: str | None, shadow: Path | None, quality: Path | None, api_key_env: str, timeout: float
+) -> EvidenceSource | None:
+    if not gateway and shadow is None and quality is None:
+        return None
+    return EvidenceSource(
+        gateway=gateway,
+        shadow_file=shadow.expanduser() if shadow else None,
+        quality_file=quality.expanduser() if quality else None,
+        api_key=os.environ.get(api_key_env, "") if gateway else "",
+        timeout_s=timeout,
+    )
+
+
+@app.command("evidence", epilog=EXIT_CODE_HELP)
+def evidence(
+    criteria: Annotated[
+        str,
+        typer.Option(
+            help="YAML file with a promotion: section (a criteria file or an SLA file), or a bundled "
+            "name: promotion"
+        ),
+    ],
+    gateway: Annotated[
+        str | None, typer.Option(help="Gateway URL: fetch /v1/models/{model}/shadow and /quality")
+    ] = None,
+    shadow: Annotated[
+        Path | None, typer.Option(help="Shadow evidence file (`gateway shadow --json`)")
+    ] = None,
+    quality: Annotated[
+        Path | None, typer.Option(help="Quality evidence file (`gateway quality report --json`)")
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="Model name [default: the criteria's model:, else fraud-detector]", show_default=False
+        ),
+    ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            help="Evidence window, e.g. 30m, 1h, 1d [default: the criteria's window:]", show_default=False
+        ),
+    ] = None,
+    challenger_version: Annotated[
+        str | None, typer.Option(help="Fail unless the evidence is about this challenger version")
+    ] = None,
+    api_key_env: Annotated[
+        str, typer.Option(help="Environment variable holding the gateway's API key (sent as x-api-key)")
+    ] = API_KEY_ENV,
+    timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds per request to the gateway")
+    ] = FETCH_TIMEOUT_S,
+    out: Annotated[
+        Path | None, typer.Option(help="Also write summary.json and report.md here", show_default=False)
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout")] = False,
+) -> None:
+    """Judge the promotion criteria (shadow, quality) on the gateway's evidence; no load is sent.
+
+    Every criterion the file sets is held, failed, or not judged (the evidence cannot answer it:
+    null, too few rows or labels, shadow disabled); not judged fails like a miss. The API key
+    comes from $LOADTESTS_API_KEY (or the variable --api-key-env names), never a flag.
+    """
+    console = Console(stderr=json_output, highlight=False)
+    out_dir = out.expanduser().absolute() if out else None
+    try:
+        criteria_path = resolve_sla_path(criteria)
+        promotion = load_sla(criteria_path).promotion
+        if promotion is None:
+            raise SlaFileError(
+                f"{criteria_path} has no 'promotion' section: no evidence criteria to judge",
+                hint="see loadtests/sla/promotion.yaml",
+            )
+        if window is not None:
+            try:
+                window_seconds(window)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+        subject = Subject(
+            model or promotion.model or "fraud-detector", window or promotion.window, challenger_version
+        )
+        source = _evidence_source(gateway, shadow, quality, api_key_env, timeout) or EvidenceSource()
+        console.print(
+            escape(f"evidence: {subject.model}, window {subject.window}, criteria {criteria_path}"),
+            soft_wrap=True,
+        )
+        found = collect_evidence(source, promotion, subject)
+    except GateError as exc:
+        _report_error(exc, json_output, out_dir, None)
+        raise typer.Exit(exc.exit_code) from None
+
+    checks = judge(promotion, found)
+    ok = evidence_passed(checks)
+    code = EXIT_PASS if ok else EXIT_EVIDENCE_MISSED
+    summary = {
+        "ok": ok,
+        "verdict": "pass" if ok else "fail",
+        "exit_code": code,
+        "criteria": str(criteria_path),
+        "promotion": promotion_summary(subject, found, checks),
+    }
+    print_evidence(console, checks, ok)
+    if out_dir is not None:
+        summary["summary_path"] = str(write_summary(out_dir, summary))
+        write_markdown(out_dir, summary)
+    if json_output:
+        sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    raise typer.Exit(code)
 
 
 def main() -> None:

@@ -1,8 +1,11 @@
 """The gate, end to end: SLA file -> target check -> Locust run -> stats -> verdict -> reports.
 
 Cheap checks come first, so a bad SLA file or a down target fails in seconds without any load;
-only then does Locust run (in its own process). The result carries everything the CLI prints
-and writes; this module prints nothing itself.
+only then does Locust run (in its own process). When the SLA file has a ``promotion:`` section,
+its evidence (shadow, quality) is fetched before the load too -- an unreachable gateway fails
+in seconds, and an hour's window does not move in a minute of load -- and judged after the
+latency checks. The result carries everything the CLI prints and writes; this module prints
+nothing itself.
 """
 
 from __future__ import annotations
@@ -14,13 +17,22 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from loadtests.errors import EXIT_PASS, EXIT_SLA_MISSED, LocustFailedError, UsageError
+from loadtests.errors import (
+    EXIT_EVIDENCE_MISSED,
+    EXIT_PASS,
+    EXIT_SLA_MISSED,
+    LocustFailedError,
+    SlaFileError,
+    UsageError,
+)
 from loadtests.evaluate import Check, evaluate, passed
-from loadtests.plot import PlotSkipped, plot_latency
+from loadtests.evidence import Evidence, EvidenceSource, Subject, collect_evidence
+from loadtests.plot import PlotSkipped, limits_from_sla, plot_latency
 from loadtests.probe import check_target, make_probe
+from loadtests.promotion import EvidenceCheck, evidence_passed, judge, promotion_summary
 from loadtests.runner import LocustRun, log_tail, run_locust
 from loadtests.settings import LoadOptions
-from loadtests.sla import load_sla
+from loadtests.sla import Sla, load_sla
 from loadtests.stats import EndpointStats, read_failures, read_history, read_stats
 from loadtests.targets import USER_CLASSES, normalize_target
 
@@ -60,6 +72,8 @@ class GateRequest:
     options: LoadOptions = field(default_factory=LoadOptions)
     wait_ready_s: float = 0.0
     hard_timeout_s: float | None = None
+    evidence: EvidenceSource | None = None  # where the promotion section's evidence comes from
+    challenger_version: str | None = None  # the evidence must be about this challenger
 
 
 @dataclass
@@ -72,6 +86,8 @@ class GateResult:
     checks: list[Check]
     summary: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    evidence_checks: list[EvidenceCheck] = field(default_factory=list)
+    latency_passed: bool | None = None  # None: read ``passed`` (no promotion section)
 
 
 def describe_request(request: GateRequest) -> dict[str, Any]:
@@ -90,6 +106,33 @@ def describe_request(request: GateRequest) -> dict[str, Any]:
     }
 
 
+def _gate_sla(request: GateRequest) -> Sla:
+    sla = load_sla(request.sla_path)
+    if not sla.endpoints:
+        raise SlaFileError(
+            f"SLA file {request.sla_path} has no 'endpoints': nothing for a load test to judge",
+            hint="a file with only promotion criteria is for `loadtests evidence --criteria FILE`",
+        )
+    return sla
+
+
+def _gather_evidence(request: GateRequest, sla: Sla, notes: list[str]) -> tuple[Subject, Evidence] | None:
+    """The promotion evidence, before any load; None when the SLA file asks for none."""
+    if sla.promotion is None:
+        if request.evidence is not None:
+            notes.append("evidence options ignored: the SLA file has no promotion section")
+        return None
+    if request.evidence is None:
+        raise UsageError(
+            f"SLA file {request.sla_path} has promotion criteria but no evidence source was given",
+            hint="add --gateway URL (or --shadow/--quality FILE), or run `loadtests evidence` on its own",
+        )
+    subject = Subject(
+        sla.promotion.model or request.options.model, sla.promotion.window, request.challenger_version
+    )
+    return subject, collect_evidence(request.evidence, sla.promotion, subject)
+
+
 def run_gate(request: GateRequest) -> GateResult:
     """Run the whole gate; GateError subclasses for everything that prevents a verdict."""
     if request.user_class not in USER_CLASSES:
@@ -98,7 +141,9 @@ def run_gate(request: GateRequest) -> GateResult:
         raise UsageError("--users must be at least 1 and --spawn-rate above 0")
     user_class = USER_CLASSES[request.user_class]
     target = normalize_target(user_class, request.target)
-    sla = load_sla(request.sla_path)
+    sla = _gate_sla(request)
+    notes: list[str] = []
+    gathered = _gather_evidence(request, sla, notes)
     check_target(
         make_probe(
             user_class, target, request.options.model, request.options.model_version, request.options.api_key
@@ -129,14 +174,22 @@ def run_gate(request: GateRequest) -> GateResult:
             hint=f"see {run.csv_prefix}_exceptions.csv and {run.log_path}",
         )
     checks = evaluate(sla, stats)
-    verdict = passed(checks)
-    exit_code = EXIT_PASS if verdict else EXIT_SLA_MISSED
+    latency_ok = passed(checks)
+    evidence_checks: list[EvidenceCheck] = []
+    promotion: dict[str, Any] | None = None
+    if gathered is not None and sla.promotion is not None:
+        subject, evidence = gathered
+        evidence_checks = judge(sla.promotion, evidence)
+        promotion = promotion_summary(subject, evidence, evidence_checks)
+    evidence_ok = gathered is None or evidence_passed(evidence_checks)
+    verdict = latency_ok and evidence_ok
+    # a latency miss is reported first: the candidate is too slow whatever its evidence says
+    exit_code = EXIT_PASS if verdict else EXIT_SLA_MISSED if not latency_ok else EXIT_EVIDENCE_MISSED
 
-    notes: list[str] = []
     plot_path: Path | None = run.out_dir / PLOT_NAME
     try:
         title = f"{request.user_class} on {target}: {request.shape}, {request.users} users"
-        plot_latency(read_history(run.csv_prefix), run.out_dir / PLOT_NAME, title)
+        plot_latency(read_history(run.csv_prefix), run.out_dir / PLOT_NAME, title, limits_from_sla(sla))
     except PlotSkipped as exc:
         notes.append(f"no latency plot: {exc}")
         plot_path = None
@@ -153,7 +206,10 @@ def run_gate(request: GateRequest) -> GateResult:
         "sla": {"path": str(request.sla_path), "description": sla.description},
         "endpoints": [s.to_json() for s in stats],
         "checks": [c.to_json() for c in checks],
-        "violations": [f"{c.endpoint}: {c.detail}" for c in checks if not c.passed],
+        "latency_ok": latency_ok,
+        "violations": [f"{c.endpoint}: {c.detail}" for c in checks if not c.passed]
+        + [f"{c.name}: {c.status}: {c.detail}" for c in evidence_checks if not c.passed],
+        "promotion": promotion,
         "failures": read_failures(run.csv_prefix),
         "reports": {
             "stats_csv": f"{run.csv_prefix}_stats.csv",
@@ -167,4 +223,4 @@ def run_gate(request: GateRequest) -> GateResult:
         "locust_command": run.command(),
         "notes": notes,
     }
-    return GateResult(verdict, exit_code, stats, checks, summary, notes)
+    return GateResult(verdict, exit_code, stats, checks, summary, notes, evidence_checks, latency_ok)

@@ -1,4 +1,9 @@
-"""The gate's outputs: the pass/fail table on the terminal and ``summary.json`` for pipelines."""
+"""The gate's outputs: the pass/fail tables on the terminal, ``summary.json`` for pipelines and
+``report.md`` for people (a CI job summary, a pull-request comment).
+
+Latency checks and promotion-evidence checks (shadow, quality) are shown side by side; an
+evidence criterion reads ``held``, ``FAILED`` or ``NOT JUDGED`` (missing evidence, which fails).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +16,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from loadtests.evaluate import Check
+from loadtests.promotion import FAILED, HELD, EvidenceCheck
 from loadtests.stats import EndpointStats
 
 SUMMARY_NAME = "summary.json"
+MARKDOWN_NAME = "report.md"
 
 
 def stats_table(stats: list[EndpointStats]) -> Table:
@@ -52,12 +59,105 @@ def checks_table(checks: list[Check], verdict: bool) -> Table:
     return table
 
 
-def print_report(console: Console, stats: list[EndpointStats], checks: list[Check], verdict: bool) -> None:
+def _status_mark(status: str) -> str:
+    if status == HELD:
+        return "[green]held[/]"
+    return "[bold red]FAILED[/]" if status == FAILED else "[bold yellow]NOT JUDGED[/]"
+
+
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4g}"
+
+
+def evidence_table(checks: list[EvidenceCheck], verdict: bool) -> Table:
+    """Every promotion criterion: name, threshold, observed, held / FAILED / NOT JUDGED."""
+    title = "[bold green]evidence: PASS[/]" if verdict else "[bold red]evidence: FAIL[/]"
+    table = Table(title=title, title_justify="left")
+    for column in ("criterion", "threshold", "observed", "result"):
+        table.add_column(column, justify="right" if column in ("threshold", "observed") else "left")
+    for c in checks:
+        table.add_row(
+            escape(c.name),
+            _number(c.threshold),
+            _number(c.observed),
+            f"{_status_mark(c.status)}  {escape(c.detail)}",
+        )
+    return table
+
+
+def print_evidence(console: Console, checks: list[EvidenceCheck], verdict: bool) -> None:
+    console.print(evidence_table(checks, verdict))
+    for c in checks:
+        if not c.passed:
+            word = "missed" if c.status == FAILED else "not judged"
+            console.print(f"[bold red]{word}:[/] {escape(c.name)}: {escape(c.detail)}", soft_wrap=True)
+
+
+def print_report(
+    console: Console,
+    stats: list[EndpointStats],
+    checks: list[Check],
+    verdict: bool,
+    evidence: list[EvidenceCheck] | None = None,
+) -> None:
+    """The measured table, the SLA table and (when the SLA file has promotion criteria) the
+    evidence table; ``verdict`` is the latency verdict, the evidence table judges itself."""
     console.print(stats_table(stats))
     console.print(checks_table(checks, verdict))
     misses = [c for c in checks if not c.passed]
     for c in misses:
         console.print(f"[bold red]missed:[/] {escape(c.endpoint)}: {escape(c.detail)}", soft_wrap=True)
+    if evidence:
+        print_evidence(console, evidence, all(c.passed for c in evidence))
+
+
+def _md(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(summary: dict[str, Any]) -> str:
+    """``report.md``: the verdict, the latency checks and the evidence checks, from a summary."""
+    lines = [f"# Release gate: {str(summary.get('verdict', 'error')).upper()}", ""]
+    run = summary.get("run") or {}
+    if run.get("target"):
+        lines += [
+            f"Target `{run['target']}`, SLA `{run.get('sla')}`, exit code {summary.get('exit_code')}.",
+            "",
+        ]
+    if summary.get("error"):
+        lines += [f"**error:** {_md(summary['error'])}", ""]
+    if summary.get("checks"):
+        lines += ["## Latency", "", "| endpoint | check | result |", "|---|---|---|"]
+        for c in summary["checks"]:
+            mark = "skip" if c.get("skipped") else "pass" if c["passed"] else "**MISS**"
+            lines.append(f"| {_md(c['endpoint'])} | {c['metric']} | {mark} {_md(c['detail'])} |")
+        lines.append("")
+    promotion = summary.get("promotion")
+    if promotion:
+        lines += [
+            f"## Evidence: {promotion['verdict'].upper()}",
+            "",
+            f"Model `{promotion['model']}`, window {promotion['window']}"
+            + "".join(f", {k} from `{v}`" for k, v in promotion.get("sources", {}).items())
+            + ".",
+            "",
+            "| criterion | threshold | observed | result |",
+            "|---|---:|---:|---|",
+        ]
+        for c in promotion["checks"]:
+            status = c["status"] if c["status"] == HELD else f"**{c['status'].upper()}**"
+            result = f"{status}: {_md(c['detail'])}"
+            cells = [c["name"], _number(c["threshold"]), _number(c["observed"]), result]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_markdown(out_dir: Path, summary: dict[str, Any]) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / MARKDOWN_NAME
+    path.write_text(render_markdown(summary))
+    return path
 
 
 def write_summary(out_dir: Path, summary: dict[str, Any]) -> Path:

@@ -14,6 +14,9 @@ together, or ``*`` for every endpoint on its own)::
         p99_ms: 500
         optional: true          # no requests for it is not a miss (the file serves several users)
 
+A ``promotion:`` section (see loadtests/criteria.py) adds the live evidence a challenger must
+show; a file may hold only that section (a criteria file for ``loadtests evidence``).
+
 Unknown keys, wrong types, negative or out-of-range thresholds are errors that name the field
 (``endpoints[1] (infer).p99_ms: ...``); the gate exits 3 on them without starting any load.
 """
@@ -25,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from loadtests.criteria import PromotionCriteria
 from loadtests.errors import SlaFileError
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "sla"
@@ -84,10 +88,20 @@ class Sla(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     description: str = ""
-    endpoints: list[EndpointSla] = Field(min_length=1)
+    endpoints: list[EndpointSla] = Field(default_factory=list)
+    promotion: PromotionCriteria | None = None
+
+    @field_validator("endpoints", mode="after")
+    @classmethod
+    def _not_empty(cls, value: list[EndpointSla]) -> list[EndpointSla]:
+        if not value:  # given but empty: a half-written file, not a criteria-only one
+            raise ValueError("List should have at least 1 item")
+        return value
 
     @model_validator(mode="after")
     def _unique_lines(self) -> Sla:
+        if not self.endpoints and self.promotion is None:
+            raise ValueError("nothing to check: give 'endpoints' (latency), 'promotion' (evidence), or both")
         seen: set[tuple[str, str | None]] = set()
         for line in self.endpoints:
             key = (line.name, line.type)
@@ -126,7 +140,8 @@ def load_sla(path: Path) -> Sla:
         raise SlaFileError(f"SLA file {path} is not valid YAML{where}: {problem}") from exc
     if not isinstance(data, dict):
         raise SlaFileError(
-            f"SLA file {path} must be a mapping with an 'endpoints' list, got {type(data).__name__}",
+            f"SLA file {path} must be a mapping with an 'endpoints' list and/or a 'promotion' section, "
+            f"got {type(data).__name__}",
             hint="see loadtests/sla/demo.yaml",
         )
     try:
@@ -137,8 +152,14 @@ def load_sla(path: Path) -> Sla:
             f"SLA file {path} is invalid: {problems[0]}"
             + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""),
             problems=problems,
-            hint="allowed keys per endpoint: " + ", ".join(EndpointSla.model_fields),
+            hint=_hint(problems),
         ) from exc
+
+
+def _hint(problems: list[str]) -> str:
+    if problems and problems[0].startswith("promotion"):
+        return "see loadtests/sla/promotion.yaml and loadtests/criteria.py for the promotion keys"
+    return "allowed keys per endpoint: " + ", ".join(EndpointSla.model_fields)
 
 
 def _describe(err: Any, data: dict[str, Any]) -> str:

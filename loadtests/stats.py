@@ -95,6 +95,7 @@ class HistoryPoint:
     p50: float | None
     p95: float | None
     p99: float | None
+    failures_per_s: float = 0.0  # Locust's current failures/s: the error rate is this over rps
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -155,6 +156,7 @@ def read_history(prefix: Path) -> list[HistoryPoint]:
                 p50=_number(row.get("50%")),
                 p95=_number(row.get("95%")),
                 p99=_number(row.get("99%")),
+                failures_per_s=_number(row.get("Failures/s")) or 0.0,
             )
         )
     return points

@@ -105,6 +105,13 @@ def export(
         typer.Option(help="Plan parity vs ONNX Runtime: relative tolerance (default: per precision)"),
     ] = None,
     force: Annotated[bool, typer.Option(help="Replace an existing version with different content")] = False,
+    keep_serving: Annotated[
+        bool,
+        typer.Option(
+            help="Load this version beside the one serving now (a challenger to shadow; "
+            "same serving contract); a later plain export promotes it"
+        ),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout")] = False,
 ) -> None:
     """Export a registry model to ONNX, check parity, and write it into a Triton model repository."""
@@ -143,6 +150,7 @@ def export(
             ensemble_spec=ensemble_spec,
             reference=reference,
             force=force,
+            keep_serving=keep_serving,
             formats=formats,
             tensorrt=PlanOptions(
                 precision=plan_precision,

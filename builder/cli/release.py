@@ -202,7 +202,7 @@ def render_cmd(
 ) -> None:
     """Print the InferenceService for a model version (checked against KServe's CRD)."""
     from builder.release import schema
-    from builder.release.manifest import ServiceSpec, render
+    from builder.release.manifest import ServiceSpec, render_standalone
 
     def go() -> None:
         spec = ServiceSpec(
@@ -220,7 +220,7 @@ def render_cmd(
             gpus=gpus,
             mode=mode,
         ).check()
-        manifest = render(spec)
+        manifest = render_standalone(spec)  # refuses a canary it could not carry
         schema.check(manifest, _crd(crd))
         _write(manifest, json_output)
 

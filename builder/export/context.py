@@ -28,7 +28,7 @@ from builder.parity.rows import Feeds
 from builder.registry.client import RegistryModel
 from builder.registry.signature import ModelInputs
 from builder.registry.uri import ModelURI
-from builder.repository.triton_config import ServingOptions
+from builder.repository.triton_config import ServingOptions, VersionPolicy
 from builder.repository.write import ModelArtifact, WriteResult
 from builder.tensorrt.options import PlanOptions
 
@@ -60,6 +60,10 @@ class ExportRequest:
     force: bool = False
     formats: tuple[str, ...] = ("onnx",)
     tensorrt: PlanOptions = field(default_factory=PlanOptions)  # used with "tensorrt" in formats
+    # Load this version (a challenger) beside the one serving now (the champion, recorded in the
+    # config for the gateway, which names its version), until a plain export promotes it
+    # (export/keep_serving.py).
+    keep_serving: bool = False
 
     def __post_init__(self) -> None:
         if self.ensemble_spec is not None and not self.ensemble:
@@ -73,6 +77,18 @@ class ExportRequest:
             raise UsageError(
                 f"--format {', '.join(sorted(unknown))}: use onnx, tensorrt or all",
                 hint="--format is onnx, tensorrt or all",
+            )
+        if self.keep_serving and self.ensemble:
+            raise UsageError(
+                "--keep-serving cannot be used with --ensemble: an ensemble pins one version of "
+                "each step, so two versions of it cannot serve side by side",
+                hint="export the challenger without --ensemble, or under its own name (--name) "
+                "and shadow that model instead",
+            )
+        if self.keep_serving and self.serving.version_policy != VersionPolicy():
+            raise UsageError(
+                "--keep-serving sets the version policy itself (the serving version and this one)",
+                hint="leave out --version-policy with --keep-serving",
             )
 
 

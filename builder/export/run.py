@@ -5,9 +5,10 @@ of small steps (builder/export/steps.py), each reporting a status line: resolve 
 with ``--ensemble``, read the run's serving steps (resolving the registered-model ones) and plan
 the ensemble; load the model and say what it is, build the parity rows, convert, check parity,
 compute the drift reference, (export the registered-model serving steps), describe the
-artifacts, (build a plan), write. The request's options were checked when it was made
-(``ExportRequest``); this module adds the model name, the TensorRT preflight and the scratch
-folder. Nothing touches the repository until every step before the write has passed, so any
+artifacts, (build a plan), (``--keep-serving``: keep the serving version loaded), write. The
+request's options were checked when it was made (``ExportRequest``); this module adds the model
+name, the TensorRT preflight, ``--keep-serving``'s early check (something serves) and the
+scratch folder. Nothing touches the repository until every step before the write has passed, so any
 refusal leaves it unchanged.
 """
 
@@ -25,6 +26,7 @@ from typing import Any
 
 from builder.errors import BuilderError, UsageError
 from builder.export.context import ExportContext, ExportRequest, ExportResult, Progress, StepStatus
+from builder.export.keep_serving import serving_now
 from builder.export.steps import pipeline
 from builder.registry.uri import parse_model_uri
 from builder.repository.names import validate_model_name
@@ -36,6 +38,8 @@ def export_model(request: ExportRequest, progress: Progress = lambda _: None) ->
     if request.name is None and not uri.is_registry:
         raise UsageError(f"{uri.raw} has no registry name", hint="pass --name for runs:/ URIs")
     name = validate_model_name(request.name or uri.name or "")
+    if request.keep_serving:  # at once, before any download: a challenger needs a champion
+        serving_now(request.repo, name)
     preflight = None
     if "tensorrt" in request.formats:
         from builder.tensorrt.plan import preflight as plan_preflight  # fails fast, before any download

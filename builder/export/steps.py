@@ -4,8 +4,9 @@
 the registry model and its served inputs; with ``--ensemble``, the run's serving steps and the
 ensemble plan (before any conversion, so that what the ensemble lacks is refused at once); the
 native model and what it is, the parity rows, the ONNX graph and its one onnxruntime session,
-the parity report, the drift reference, the artifacts, (the plan), what was written. Each step
-reads what earlier steps left and returns one status line; nothing is loaded or run twice.
+the parity report, the drift reference, the artifacts, (the plan), (with ``--keep-serving``, the
+configs that keep the serving version loaded), what was written. Each step reads what earlier
+steps left and returns one status line; nothing is loaded or run twice.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from builder.errors import BuilderError, ConversionError, ParityError, UsageErro
 from builder.export.context import ExportContext
 from builder.export.describe import model_artifacts, opset_of
 from builder.export.drift_reference import Drift, Source, drift_for
+from builder.export.keep_serving import keep_serving
 from builder.kinds import ModelKind, with_targets
 from builder.parity.compare import GraphSession, compare, require_pass
 from builder.parity.rows import build_feeds, example_digest, example_tensors
@@ -408,6 +410,24 @@ class Plan(Step):
         return plan.name
 
 
+class KeepServing(Step):
+    """``--keep-serving``: each artifact's config loads the champion (the version serving now)
+    beside this one, records it and keeps its drift reference; refused, before the write, where
+    the serving contracts differ (export/keep_serving.py)."""
+
+    def title(self, ctx: ExportContext) -> str:
+        return "keep the serving version beside this one"
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        kept, champions = [], []
+        for art in ctx.artifacts:
+            art, champion = keep_serving(ctx.request.repo, ctx.version, art)
+            kept.append(art)
+            champions.append(f"{art.name} {champion} and {ctx.version}")
+        ctx.artifacts = kept
+        return ", ".join(champions)
+
+
 class Write(Step):
     def title(self, ctx: ExportContext) -> str:
         return f"write {ctx.request.repo}"
@@ -426,6 +446,8 @@ def pipeline(ctx: ExportContext) -> list[Step]:
     steps += [*([StepModels((Load, ParityRows, Convert, Parity, Describe))] if ensemble else []), Describe()]
     if ctx.preflight is not None:
         steps.append(Plan(ctx.preflight))
+    if ctx.request.keep_serving:
+        steps.append(KeepServing())
     return [*steps, Write()]
 
 

@@ -144,6 +144,26 @@ def render(spec: ServiceSpec) -> dict[str, Any]:
     }
 
 
+def render_standalone(spec: ServiceSpec) -> dict[str, Any]:
+    """The InferenceService ``builder release render`` prints, for a user to apply themselves.
+
+    Refused in Standard mode with a canary percent: a rendered object is the whole
+    InferenceService, whose one predictor takes all traffic in Standard mode (KServe ignores
+    ``canaryTrafficPercent`` there: no Knative revisions to split between); a Standard-mode
+    canary is a ``spec.canary`` entry beside the live stable predictor, a patch ``release
+    apply`` builds from the live object. Printing the object without the canary would roll the
+    version out to all traffic, the opposite of what was asked."""
+    spec.check()
+    if spec.effective_mode is Mode.STANDARD and spec.canary_percent is not None:
+        raise UsageError(
+            "--canary-percent cannot be rendered in Standard mode: KServe ignores "
+            "canaryTrafficPercent there, and a rendered InferenceService sends all traffic to this version",
+            hint="use `builder release apply --mode standard --canary-percent N` (a spec.canary entry "
+            "beside the live predictor; --dry-run prints it), or render --mode serverless",
+        )
+    return render(spec)
+
+
 def release_patch(spec: ServiceSpec) -> dict[str, Any]:
     """The Serverless JSON merge patch that puts a new model version on an existing one.
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 import yaml
-from helm_python import Chart
+from helm_python import Chart, HelmValuesError
 
 from tests.helm.chart_support import (
     ALL_SETS,
@@ -190,3 +193,38 @@ def test_the_rendered_redis_profile_opens_with_the_images_feature_repo(chart: Ch
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-1] == "fraud_v1"
+
+
+def test_shadow_settings_reach_the_gateway_only_when_set(chart: Chart) -> None:
+    base = VALUE_SETS["deployment-pvc"]
+    plain = render(chart, "no-shadow", base).gateway_env()
+    assert "GATEWAY_SHADOW" not in plain and "GATEWAY_SHADOW_IN_FLIGHT" not in plain
+    shadow = {
+        "fraud": {"version": "2", "share": 0.25},
+        "churn": {"model": "churn_challenger", "tolerance": 0.1},
+    }
+    env = render(chart, "shadow", {**base, "gateway": {"shadow": shadow}}).gateway_env()
+    assert json.loads(env["GATEWAY_SHADOW"]) == shadow  # the gateway's JSON, defaults left to it
+    assert env["GATEWAY_SHADOW_IN_FLIGHT"] == "64"
+    tuned = {**base, "gateway": {"shadow": {"fraud": {}}, "shadowInFlight": 2000000}}
+    env = render(chart, "shadow-tuned", tuned).gateway_env()
+    assert json.loads(env["GATEWAY_SHADOW"]) == {"fraud": {}}
+    assert env["GATEWAY_SHADOW_IN_FLIGHT"] == "2000000"
+
+
+@pytest.mark.parametrize(
+    ("shadow", "field"),
+    [
+        ({"fraud": {"share": 1.5}}, "share"),
+        ({"fraud": {"version": 2}}, "version"),
+        ({"fraud": {"tolerance": -0.1}}, "tolerance"),
+        ({"fraud": {"shares": 0.5}}, "shares"),
+    ],
+    ids=["share-over-one", "version-not-a-string", "negative-tolerance", "unknown-key"],
+)
+def test_wrong_shadow_values_fail_against_the_schema(
+    chart: Chart, shadow: dict[str, Any], field: str
+) -> None:
+    values = {**VALUE_SETS["deployment-pvc"], "gateway": {"shadow": shadow}}
+    with pytest.raises(HelmValuesError, match=field):
+        render(chart, "bad-shadow", values)

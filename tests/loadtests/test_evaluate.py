@@ -7,13 +7,19 @@ integration tests read files a real Locust run wrote).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from loadtests.errors import LocustFailedError
 from loadtests.evaluate import evaluate, passed
+from loadtests.plot import PlotLimits, latency_figure, limits_from_sla, plot_latency
 from loadtests.sla import Sla
-from loadtests.stats import read_failures, read_history, read_stats
+from loadtests.stats import HistoryPoint, read_failures, read_history, read_stats
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 HEADER = (
     "Type,Name,Request Count,Failure Count,Median Response Time,Average Response Time,Min Response Time,"
@@ -143,3 +149,67 @@ def test_history_and_failures_are_read(tmp_path: Path) -> None:
     assert read_failures(prefix) == [
         {"type": "POST", "name": "infer", "error": "HTTP 503: busy", "occurrences": 7}
     ]
+
+
+def test_history_reads_failures_per_second(tmp_path: Path) -> None:
+    prefix = tmp_path / "run"
+    Path(f"{prefix}_stats_history.csv").write_text(
+        "Timestamp,User Count,Type,Name,Requests/s,Failures/s,50%,95%,99%\n"
+        "101,2,,Aggregated,100.0,2.5,2,3,4\n"
+    )
+    (point,) = read_history(prefix)
+    assert point.failures_per_s == 2.5 and point.rps == 100.0
+
+
+def history(rows: list[tuple[int, float, float, float, float, float]]) -> list[HistoryPoint]:
+    """Aggregated seconds: (timestamp, rps, failures/s, p50, p95, p99)."""
+    return [
+        HistoryPoint(t, 2, "", "Aggregated", rps, p50, p95, p99, fps) for t, rps, fps, p50, p95, p99 in rows
+    ]
+
+
+def values(data: Any) -> list[float]:
+    """A line's x or y data as plain floats (matplotlib types it as any array-like)."""
+    return [float(v) for v in data]
+
+
+def axis(fig: Figure, ylabel: str) -> Axes:
+    return next(a for a in fig.axes if a.get_ylabel().startswith(ylabel))
+
+
+def test_the_plot_draws_each_sla_limit_dashed_in_its_percentiles_colour(tmp_path: Path) -> None:
+    """What a reader of latency.png sees: each percentile beside its limit, the error rate
+    beside its budget; inspected on the figure before it is saved."""
+    limits = limits_from_sla(
+        sla(
+            {"name": "Aggregated", "p50_ms": 50, "p99_ms": 200, "max_error_rate": 0.02},
+            {"name": "*", "p95_ms": 1},
+        )
+    )
+    assert limits == PlotLimits({"p50": 50.0, "p99": 200.0}, 0.02)  # the "*" line is not the plot's
+    points = history([(100, 0, 0, 0, 0, 0), (101, 50, 0, 10, 20, 30), (102, 50, 2, 12, 25, 40)])
+    fig = latency_figure(points, "t", limits)
+    latency, errors = axis(fig, "response time"), axis(fig, "errors")
+    lines = {line.get_label(): line for line in latency.get_lines()}
+    assert set(lines) == {"p50", "p95", "p99", "p50 limit 50 ms", "p99 limit 200 ms"}
+    for name, limit in (("p50", 50.0), ("p99", 200.0)):
+        drawn = lines[f"{name} limit {limit:g} ms"]
+        assert drawn.get_linestyle() == "--" and lines[name].get_linestyle() == "-"
+        assert drawn.get_color() == lines[name].get_color()
+        assert values(drawn.get_ydata()) == [limit, limit]
+    assert latency.get_ylim()[1] >= 200  # the limit is in view, though latency stays far below it
+    # the first second (rps 0) is left out; the error rate is failures/s over rps, in %
+    assert values(lines["p50"].get_xdata()) == [0, 1]
+    err_lines = {line.get_label(): line for line in errors.get_lines()}
+    assert values(err_lines["error rate"].get_ydata()) == [0.0, 4.0]
+    budget = err_lines["error budget 2%"]
+    assert budget.get_linestyle() == "--" and values(budget.get_ydata()) == [2.0, 2.0]
+    assert budget.get_color() == err_lines["error rate"].get_color()
+    path = plot_latency(points, tmp_path / "latency.png", "t", limits)
+    assert path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_plot_without_limits_draws_only_the_measurements() -> None:
+    fig = latency_figure(history([(101, 50, 0, 10, 20, 30)]), "t")
+    assert [line.get_label() for line in axis(fig, "response time").get_lines()] == ["p50", "p95", "p99"]
+    assert [line.get_label() for line in axis(fig, "errors").get_lines()] == ["error rate"]

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from loadtests.errors import EXIT_PASS, EXIT_SLA_MISSED
+from loadtests.errors import EXIT_EVIDENCE_MISSED, EXIT_PASS, EXIT_SLA_MISSED
 from tests.loadtests.conftest import Served, run_cli
+from tests.loadtests.test_evidence import QUALITY, SHADOW, changed
 
 pytestmark = pytest.mark.integration
 
@@ -104,3 +105,59 @@ def test_impossible_sla_fails_naming_endpoint_and_margin(served: Served, tmp_pat
     misses = {(c["endpoint"], c["metric"]) for c in summary["checks"] if not c["passed"]}
     assert misses == {("Aggregated", "min_rps"), ("infer [grpc]", "p50_ms")}
     assert all(c["miss_by"] > 0 for c in summary["checks"] if not c["passed"])
+
+
+def test_fast_candidate_with_worse_quality_fails_on_evidence_not_latency(
+    served: Served, tmp_path: Path
+) -> None:
+    """The gate's one run with promotion criteria: latency passes, the challenger's AUC is too
+    far below the champion's, so the gate exits 6 and both verdicts are in every report."""
+    sla = tmp_path / "sla.yaml"
+    sla.write_text(
+        "endpoints:\n  - name: Aggregated\n    p99_ms: 5000\n    max_error_rate: 0.05\n"
+        "promotion:\n  model: fraud-detector\n  shadow: {min_agreement: 0.98}\n"
+        "  quality: {min_labels: 200, max_worse: {auc: 0.01}}\n"
+    )
+    (tmp_path / "shadow.json").write_text(json.dumps(SHADOW))
+    (tmp_path / "quality.json").write_text(json.dumps(changed(QUALITY, "versions.1.metrics.auc", 0.8)))
+    out = tmp_path / "report"
+    proc = run_cli(
+        "gate",
+        "--target",
+        served.http_url,
+        "--sla",
+        str(sla),
+        "--user-class",
+        "triton-http",
+        "--model",
+        served.model,
+        "--model-repo",
+        str(served.repo),
+        "--users",
+        "2",
+        "--run-time",
+        "5s",
+        "--shadow",
+        str(tmp_path / "shadow.json"),
+        "--quality",
+        str(tmp_path / "quality.json"),
+        "--out",
+        str(out),
+        "--json",
+    )
+    assert proc.returncode == EXIT_EVIDENCE_MISSED, proc.stderr
+    summary = json.loads(proc.stdout)
+    assert summary["latency_ok"] and not summary["ok"] and summary["exit_code"] == EXIT_EVIDENCE_MISSED
+    statuses = {c["name"]: c["status"] for c in summary["promotion"]["checks"]}
+    assert statuses == {
+        "shadow.min_agreement": "held",
+        "quality.min_labels": "held",
+        "quality.max_worse.auc": "failed",
+    }
+    assert summary["violations"] == [
+        "quality.max_worse.auc: failed: 0.8 vs champion 0.91: worse by 0.11 > 0.01 allowed"
+    ]
+    assert "SLA: PASS" in proc.stderr and "evidence: FAIL" in proc.stderr
+    report = (out / "report.md").read_text()
+    assert "## Latency" in report and "## Evidence: FAIL" in report
+    assert (out / "latency.png").read_bytes().startswith(PNG_MAGIC)

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from builder.runtime.ports import free_port
-from loadtests.errors import EXIT_BAD_SLA, EXIT_LOCUST_FAILED, EXIT_TARGET_DOWN, EXIT_USAGE
+from loadtests.errors import (
+    EXIT_BAD_SLA,
+    EXIT_EVIDENCE_UNAVAILABLE,
+    EXIT_LOCUST_FAILED,
+    EXIT_TARGET_DOWN,
+    EXIT_USAGE,
+)
 from loadtests.runner import LocustRun
 from loadtests.settings import LoadOptions
 from tests.loadtests.conftest import run_cli
@@ -152,3 +158,51 @@ def test_the_locust_command_line(tmp_path: Path) -> None:
     assert "s3cret" not in " ".join(cmd)
     assert run.environment()["LOADTESTS_SHAPE"] == "spike"
     assert run.timeout_s > 7
+
+
+PROMOTION_SLA = (
+    "endpoints:\n  - name: Aggregated\n    p95_ms: 1000\n"
+    "promotion:\n  shadow: {min_rows: 10}\n  quality: {max_worse: {auc: 0.01}}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("evidence_args", "code", "message"),
+    [
+        ([], EXIT_USAGE, "has promotion criteria but no evidence source was given"),
+        (["--gateway", "http://127.0.0.1:{port}"], EXIT_EVIDENCE_UNAVAILABLE, "gateway not reachable"),
+        (
+            ["--shadow", "{dir}/absent.json", "--quality", "{dir}/absent.json"],
+            EXIT_EVIDENCE_UNAVAILABLE,
+            "cannot read",
+        ),
+    ],
+)
+def test_promotion_evidence_that_cannot_be_had_fails_before_any_load(
+    tmp_path: Path, evidence_args: list[str], code: int, message: str
+) -> None:
+    """The evidence is read before Locust starts (the closed port 9 target is never reached)."""
+    sla = tmp_path / "sla.yaml"
+    sla.write_text(PROMOTION_SLA)
+    args = [a.format(port=free_port(), dir=tmp_path) for a in evidence_args]
+    start = time.monotonic()
+    proc = run_cli("gate", "--target", "http://127.0.0.1:9", "--sla", str(sla), "--out", str(tmp_path), *args)
+    assert time.monotonic() - start < FAST_S
+    assert proc.returncode == code, proc.stderr
+    assert message in error_line(proc.stderr)
+    assert not (tmp_path / "locust.log").exists()
+
+
+def test_a_criteria_only_file_is_not_a_load_test_sla(tmp_path: Path) -> None:
+    proc = run_cli("gate", "--target", "http://127.0.0.1:9", "--sla", "promotion", "--out", str(tmp_path))
+    assert proc.returncode == EXIT_BAD_SLA
+    assert "has no 'endpoints'" in error_line(proc.stderr) and "loadtests evidence" in proc.stderr
+
+
+def test_every_exit_code_is_in_the_help() -> None:
+    for command in ("gate", "evidence"):
+        proc = run_cli(command, "--help")
+        assert proc.returncode == 0
+        text = " ".join(proc.stdout.split())
+        assert "6 a promotion criterion (shadow, quality) failed or could not be judged" in text
+        assert "7 the evidence could not be fetched or read" in text

@@ -24,7 +24,7 @@ from builder.release import rollout
 from builder.release.api import DEPLOYMENT_MODE, TAG_ROUTING
 from builder.release.errors import ManifestError, ReleaseError
 from builder.release.kube import InferenceServices
-from builder.release.manifest import ServiceSpec, merge_patch, render
+from builder.release.manifest import ServiceSpec, merge_patch, render, render_standalone
 from builder.release.modes import Mode, mode_of
 from builder.release.schema import find_crd, read_crd
 from tests.helm.chart_support import crd_errors
@@ -69,6 +69,33 @@ def test_render_in_standard_mode_has_no_knative_fields() -> None:
     assert manifest["metadata"]["annotations"][DEPLOYMENT_MODE] == "Standard"
     assert TAG_ROUTING not in manifest["metadata"]["annotations"]
     assert "canaryTrafficPercent" not in manifest["spec"]["predictor"]  # a first version takes it all
+
+
+RENDER = ["render", "fraud-detector", "--version", "4", "--storage-uri", "s3://models/fraud/v4", "-n", NS]
+
+
+def test_render_refuses_a_standard_mode_canary_it_cannot_carry() -> None:
+    # KServe ignores canaryTrafficPercent in Standard mode: the printed object, applied, would
+    # send all traffic to the new version; a Standard canary is a spec.canary patch (apply)
+    proc = builder(*RENDER, "--mode", "standard", "--canary-percent", "10")
+    assert proc.returncode == UsageError.exit_code, proc.stderr
+    assert proc.stdout == ""
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error:")]
+    hints = [ln for ln in proc.stderr.splitlines() if ln.startswith("hint:")]
+    assert len(errors) == 1 and len(hints) == 1, proc.stderr
+    assert "--canary-percent" in errors[0] and "Standard mode" in errors[0]
+    assert "builder release apply --mode standard --canary-percent" in hints[0]
+    assert "--mode serverless" in hints[0]
+
+
+def test_render_keeps_what_it_can_carry() -> None:
+    standard = builder(*RENDER, "--mode", "standard")
+    assert standard.returncode == 0, standard.stderr
+    assert yaml.safe_load(standard.stdout)["metadata"]["annotations"][DEPLOYMENT_MODE] == "Standard"
+    serverless = render_standalone(spec("4", canary=10))  # auto renders a new one Serverless
+    assert serverless["spec"]["predictor"]["canaryTrafficPercent"] == 10
+    with pytest.raises(UsageError, match="Standard mode"):
+        render_standalone(spec("4", canary=0, mode=Mode.STANDARD))
 
 
 def test_apply_dry_run_in_auto_mode_plans_both_modes_each_valid_against_the_crd() -> None:

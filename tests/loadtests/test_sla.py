@@ -92,3 +92,54 @@ def test_every_problem_of_a_file_is_reported(tmp_path: Path) -> None:
         load_sla(path)
     assert len(info.value.problems) == 2
     assert "(and 1 more)" in info.value.message
+
+
+def test_the_bundled_promotion_criteria_load_without_latency_lines() -> None:
+    sla = load_sla(resolve_sla_path("promotion"))
+    assert sla.endpoints == [] and sla.promotion is not None
+    assert sla.promotion.model == "fraud-detector" and sla.promotion.window == "1h"
+    assert sla.promotion.shadow is not None and sla.promotion.shadow.given() == {
+        "min_rows": 1000.0,
+        "min_agreement": 0.98,
+        "max_error_rate": 0.01,
+        "max_score_psi": 0.1,
+        "max_p99_difference": 0.05,
+    }
+    assert sla.promotion.quality is not None
+    assert sla.promotion.quality.min_labels == 200
+    assert sla.promotion.quality.max_worse == {"auc": 0.01, "log_loss": 0.02}
+
+
+def test_an_sla_file_may_hold_latency_lines_and_promotion_criteria(tmp_path: Path) -> None:
+    sla = load_sla(write(tmp_path, "endpoints:\n" + GOOD_LINE + "promotion:\n  shadow: {min_rows: 10}\n"))
+    assert len(sla.endpoints) == 1 and sla.promotion is not None
+    assert sla.promotion.model is None and sla.promotion.window == "1h" and sla.promotion.quality is None
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("promotion:\n  shadow: {min_agrement: 0.9}\n", "promotion.shadow.min_agrement: unknown key"),
+        ("promotion:\n  shadow: {min_agreement: 1.5}\n", "promotion.shadow.min_agreement"),
+        ("promotion:\n  shadow: {min_rows: '1000'}\n", "promotion.shadow.min_rows"),
+        ("promotion:\n  shadow: {max_error_rate: -0.1}\n", "promotion.shadow.max_error_rate"),
+        ("promotion:\n  shadow: {}\n", "promotion.shadow: no criterion"),
+        (
+            "promotion:\n  quality: {max_worse: {f1: 0.01}}\n",
+            "promotion.quality.max_worse: unknown metric 'f1'",
+        ),
+        ("promotion:\n  quality: {max_worse: {auc: -0.01}}\n", "auc: a margin cannot be negative"),
+        ("promotion:\n  quality: {min_labels: 0}\n", "promotion.quality.min_labels"),
+        ("promotion:\n  window: hourly\n  shadow: {min_rows: 1}\n", "window 'hourly' is not a duration"),
+        ("promotion:\n  model: fraud\n", "promotion: no criteria"),
+        ("description: nothing\n", "nothing to check"),
+    ],
+)
+def test_bad_promotion_criteria_are_a_clear_error_naming_the_field(
+    tmp_path: Path, text: str, named: str
+) -> None:
+    with pytest.raises(SlaFileError) as info:
+        load_sla(write(tmp_path, text))
+    message = info.value.message + " " + " ".join(info.value.problems)
+    assert named in message
+    assert "\n" not in info.value.message
