@@ -19,6 +19,7 @@ order.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,10 +34,16 @@ class Pending:
     entity_rows: list[EntityRow]
     request_values: list[RequestValues]
     future: asyncio.Future[Any] = field(repr=False)
+    # Returned with the answer and logged: feedback (labels) names a prediction by it.
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
     @property
     def rows(self) -> int:
         return len(self.entity_rows)
+
+    def prediction_ids(self) -> list[str]:
+        """One id per row: ``{request_id}-{row}``."""
+        return [f"{self.request_id}-{i}" for i in range(len(self.entity_rows))]
 
 
 RunBatch = Callable[[list[Pending]], Awaitable[None]]

@@ -112,6 +112,10 @@ class ModelSpec:
     # The version's reference statistics (config parameter drift.reference, docs/drift.md) as
     # JSON text; None when the export had none, and drift is off for this version.
     drift_reference: str | None = None
+    # The version every call names (config parameter serving.champion_version, written by
+    # ``builder export --keep-serving``): a challenger loaded beside it is Triton's newest, which
+    # a call naming no version would get. "": the call names none (Triton's newest).
+    pinned_version: str = ""
 
     # Derived views, computed once per spec: they are read for every row on the hot path.
     @cached_property
@@ -228,6 +232,7 @@ def spec_from_config(
         legacy=legacy,
         max_batch_size=_max_batch_size(name, config),
         drift_reference=params.get("drift.reference") or None,
+        pinned_version=params.get("serving.champion_version", "").strip(),
     )
 
 

@@ -1,4 +1,4 @@
-"""The ``gateway`` command: ``gateway serve``, ``gateway skew-check`` and ``gateway drift``."""
+"""The ``gateway`` command: ``gateway serve``, ``skew-check``, ``drift``, ``shadow`` and ``quality``."""
 
 from __future__ import annotations
 
@@ -29,9 +29,11 @@ console = Console(stderr=True, highlight=False)
 
 from gateway.drift.cli import drift_app  # noqa: E402  (the sub-apps register on the app above)
 from gateway.payload_log.cli import report  # noqa: E402
+from gateway.shadow.cli import shadow  # noqa: E402
 
 drift_app.command("report")(report)
 app.add_typer(drift_app, name="drift")
+app.command("shadow")(shadow)
 
 ModelOpt = Annotated[list[str] | None, typer.Option("--model", help="Model(s) served; /readyz checks them")]
 

@@ -19,6 +19,7 @@ late, the model gone) fail the batch at once: serving each alone would only wait
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import time
 
@@ -85,12 +86,20 @@ class Predictor:
         if not model.replace("-", "").replace("_", "").replace(".", "").isalnum():
             raise ModelNotFound(f"unknown model {model!r}")
         for candidate in (f"{model}_ensemble", model):
-            version = await self.triton.model_ready_version(candidate)
-            if version is None:
+            versions = await self.triton.ready_versions(candidate)
+            if not versions:
                 continue
             config = await self.triton.model_config(candidate)
             key_types = await self.features.key_types(feature_service_of(model, config))
-            return spec_from_config(model, candidate, version, config, key_types)
+            spec = spec_from_config(model, candidate, versions[-1], config, key_types)
+            if not spec.pinned_version:
+                return spec
+            if spec.pinned_version not in versions:
+                raise ModelNotFound(
+                    f"model {model!r} is pinned to version {spec.pinned_version} (serving.champion_version), "
+                    f"which Triton does not serve (ready: {', '.join(versions)})"
+                )
+            return dataclasses.replace(spec, version=spec.pinned_version)
         raise ModelNotFound(f"unknown model {model!r}: Triton has no ready {model!r} or {model}_ensemble")
 
     async def predict(self, request: PredictRequest) -> PredictResult:
@@ -184,6 +193,7 @@ class Predictor:
                     classes=spec.classes,
                     predictions=scored[part],
                     feature_age_s=age_seconds(oldest[part]),
+                    id=item.request_id,
                 )
             )
         if self.observers:
@@ -193,7 +203,10 @@ class Predictor:
                 entities = [entity_rows[i] for i in rows]
                 times = {k: [v[i] for i in rows] for k, v in times.items()}
             sizes = tuple(item.rows for item, _ in served)
-            seen = Observation(spec, ran or spec.version, inputs, scored, entities, time.time(), sizes, times)
+            ids = [i for item, _ in served for i in item.prediction_ids()]
+            seen = Observation(
+                spec, ran or spec.version, inputs, scored, entities, time.time(), sizes, times, ids
+            )
             asyncio.get_running_loop().call_soon(notify, self.observers, seen)
 
     async def _infer(
@@ -203,10 +216,11 @@ class Predictor:
         model's ``max_batch_size`` rows (sent together: Triton's own batcher and instances take
         them in parallel). Calls split across a hot swap report the newest version."""
         pieces = split_rows(inputs, spec.max_batch_size)
+        model, outputs, version = spec.triton_model, spec.outputs, spec.pinned_version
         if len(pieces) == 1:
-            return await self.triton.infer(spec.triton_model, pieces[0], spec.outputs)
+            return await self.triton.infer(model, pieces[0], outputs, version)
         answers = await asyncio.gather(
-            *(self.triton.infer(spec.triton_model, p, spec.outputs) for p in pieces), return_exceptions=True
+            *(self.triton.infer(model, p, outputs, version) for p in pieces), return_exceptions=True
         )
         done: list[tuple[dict[str, np.ndarray], str | None]] = []
         for answer in answers:

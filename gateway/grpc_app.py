@@ -79,13 +79,17 @@ def _prediction(p: Prediction) -> gateway_pb2.Prediction:
 
 
 def to_response(result: PredictResult) -> gateway_pb2.PredictResponse:
+    predictions = [_prediction(p) for p in result.predictions]
+    for message, prediction_id in zip(predictions, result.prediction_ids(), strict=False):
+        message.id = prediction_id
     return gateway_pb2.PredictResponse(
         model=result.model,
         model_version=result.version,
         feature_age_seconds=result.feature_age_s,
         kind=result.kind,
         classes=[to_value(c) for c in result.classes or ()],
-        predictions=[_prediction(p) for p in result.predictions],
+        predictions=predictions,
+        id=result.id,
     )
 
 

@@ -31,6 +31,7 @@ from gateway.drift.monitor import off_report, window_seconds
 from gateway.errors import BadRequest, GatewayError, InvalidInput, MethodNotAllowed, TooLarge
 from gateway.request import PredictRequest, Row
 from gateway.service import Service
+from gateway.shadow.runner import shadow_off
 from gateway.values import Scalar
 
 log = logging.getLogger("gateway")
@@ -243,6 +244,12 @@ class IdleTimeoutProtocol(HttpToolsProtocol):
             )
 
 
+def _error_response(exc: GatewayError) -> Response:
+    status, body, headers = error_body(exc)
+    named = {k.decode(): v.decode() for k, v in headers}
+    return Response(body, status, named, media_type="application/json")
+
+
 def create_app(service: Service) -> ASGIApp:
     """The HTTP app over an opened Service. The app does not close it: whoever opened it does,
     once both servers have stopped (gateway/lifecycle.py)."""
@@ -270,10 +277,24 @@ def create_app(service: Service) -> ASGIApp:
                 else off_report(spec, window, seconds, "drift counting is off (GATEWAY_DRIFT_SAMPLE=0)")
             )
         except GatewayError as exc:
-            status, body, headers = error_body(exc)
-            named = {k.decode(): v.decode() for k, v in headers}
-            return Response(body, status, named, media_type="application/json")
+            return _error_response(exc)
         return Response(to_json(report.to_dict()), media_type="application/json")
+
+    @app.get("/v1/models/{model}/shadow")
+    async def shadow(model: str, request: Request, window: str = "1h") -> Response:
+        # the predict routes' auth: the report names the model's versions and their answers
+        try:
+            service.auth.check(request.headers.get("x-api-key"), request.headers.get("authorization"))
+            window_seconds(window)  # a bad window is a 400 before any lookup
+            spec = await service.predictor.spec(model)
+            report = (
+                service.shadow.report(spec, window)
+                if service.shadow is not None
+                else shadow_off(spec.name, window, "shadow traffic is off (GATEWAY_SHADOW is empty)")
+            )
+        except GatewayError as exc:
+            return _error_response(exc)
+        return Response(to_json(report), media_type="application/json")
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:
@@ -282,9 +303,7 @@ def create_app(service: Service) -> ASGIApp:
             try:
                 service.auth.check(request.headers.get("x-api-key"), request.headers.get("authorization"))
             except GatewayError as exc:
-                status, body, headers = error_body(exc)
-                named = {k.decode(): v.decode() for k, v in headers}
-                return Response(body, status, named, media_type="application/json")
+                return _error_response(exc)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
     return PredictRoute(app, service)

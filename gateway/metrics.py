@@ -70,3 +70,13 @@ def request(route: str, known_models: Collection[str]) -> Iterator[Call]:
         known = call.model and (not not_found or call.model in known_models)
         label = call.model if known else "other"
         REQUEST_SECONDS.labels(route, label, call.status).observe(time.perf_counter() - start)
+
+
+SHADOW_ROWS = Counter(
+    "gateway_shadow_rows_total",
+    "Rows mirrored to a model's challenger, by outcome: compared, dropped (challenger calls all busy), error",
+    ["model", "outcome"],
+)
+SHADOW_SECONDS = Histogram(
+    "gateway_shadow_seconds", "The challenger's Triton call, per mirrored batch", ["model"], buckets=_FAST
+)

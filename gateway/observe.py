@@ -27,6 +27,15 @@ log = logging.getLogger("gateway")
 
 
 @dataclass(frozen=True)
+class ChallengerAnswer:
+    """What a shadowed batch's challenger answered (gateway/shadow/), row by row."""
+
+    spec: ModelSpec  # how its answers read (its kind and outputs)
+    version: str
+    predictions: Sequence[Prediction | None]  # one per row; None: not mirrored, dropped or failed
+
+
+@dataclass(frozen=True)
 class Observation:
     spec: ModelSpec
     version: str  # what Triton ran (the spec's version when Triton did not say)
@@ -38,6 +47,10 @@ class Observation:
     request_rows: tuple[int, ...] = ()
     # Online feature -> per row, the event time (epoch s) of the value the store had, or None.
     feature_times: Mapping[str, Sequence[float | None]] = field(default_factory=dict)
+    # One id per row, as returned to the caller with its prediction; feedback (labels) names it.
+    prediction_ids: Sequence[str] = ()
+    # Set by the shadow runner, for the payload log, once the challenger answered (or did not).
+    challenger: ChallengerAnswer | None = None
 
     @property
     def rows(self) -> int:

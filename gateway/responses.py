@@ -54,13 +54,22 @@ class PredictResult:
     classes: tuple[ClassLabel, ...] | None
     predictions: list[Prediction]
     feature_age_s: float
+    id: str = ""  # the request's id; prediction ``i``'s is ``{id}-{i}`` (feedback names it)
+
+    def prediction_ids(self) -> list[str]:
+        return [f"{self.id}-{i}" for i in range(len(self.predictions))] if self.id else []
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON body; a binary prediction keeps the shape it always had."""
+        """The JSON body; a binary prediction keeps the shape it always had, plus its ``id``."""
         body: dict[str, Any] = {"model": self.model, "version": self.version, "kind": self.kind}
+        if self.id:
+            body["id"] = self.id
         if self.classes is not None:
             body["classes"] = list(self.classes)
-        body["predictions"] = [_as_dict(self.kind, p) for p in self.predictions]
+        rows = [_as_dict(self.kind, p) for p in self.predictions]
+        for row, prediction_id in zip(rows, self.prediction_ids(), strict=False):
+            row["id"] = prediction_id
+        body["predictions"] = rows
         body["feature_age_seconds"] = self.feature_age_s
         return body
 

@@ -17,6 +17,7 @@ from gateway.features import OnlineFeatures
 from gateway.payload_log import PayloadLog, open_payload_log
 from gateway.request import EntityRow
 from gateway.settings import GatewaySettings
+from gateway.shadow.runner import ShadowRunner, Watchers
 from gateway.triton import connect
 
 
@@ -29,6 +30,7 @@ class Service:
     drift: DriftMonitor | None = None  # None: GATEWAY_DRIFT_SAMPLE=0
     _collector: DriftCollector | None = None
     payload_log: PayloadLog | None = None  # None: no GATEWAY_PAYLOAD_LOG
+    shadow: ShadowRunner | None = None  # None: no GATEWAY_SHADOW
 
     @classmethod
     async def open(cls, settings: GatewaySettings, models: tuple[str, ...]) -> Service:
@@ -45,14 +47,27 @@ class Service:
         triton = connect(settings.triton_url, settings.triton_timeout_s, settings.triton_reconnect_max_s)
         drift = _drift_monitor(settings)
         payload_log = open_payload_log(settings, features)
-        observers = tuple(o for o in (drift, payload_log) if o is not None)
+        predictor = Predictor(settings, triton, features)
+        shadow = None
+        if settings.shadow:  # the payload log then hears of shadowed batches once both answered
+            watchers = Watchers(log=payload_log)
+            shadow = ShadowRunner(
+                settings.shadow,
+                settings.shadow_in_flight,
+                triton,
+                predictor.spec,
+                watchers,
+                settings.spec_ttl_s,
+            )
+        predictor.observers = tuple(o for o in (drift, shadow or payload_log) if o is not None)
         service = cls(
             settings,
-            Predictor(settings, triton, features, observers),
+            predictor,
             ApiKeys.from_settings(settings),
             models,
             drift,
             payload_log=payload_log,
+            shadow=shadow,
         )
         if drift is not None:
             service._collector = _register(drift)
@@ -64,6 +79,8 @@ class Service:
         if self._collector is not None:
             REGISTRY.unregister(self._collector)
             self._collector = None
+        if self.shadow is not None:  # challenger calls in flight use the Triton client
+            await self.shadow.close()
         await self.predictor.triton.close()
         if self.payload_log is not None:  # writes what is queued, within its close_s
             await asyncio.to_thread(self.payload_log.close)

@@ -5,8 +5,24 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ShadowTarget(BaseModel):
+    """A challenger that answers a model's live requests off the response path (docs/shadow.md).
+
+    ``model``: the Triton-served model that answers (default: the same model, another version
+    of it); ``version``: which of its versions (default: its newest ready one other than the
+    champion's); ``share``: the requests mirrored; ``tolerance``: a score or value difference
+    past which a row counts as differing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = None
+    version: str | None = Field(None, pattern=r"^[0-9]+$")
+    share: float = Field(1.0, ge=0.0, le=1.0)
+    tolerance: float = Field(0.05, ge=0.0)
 
 
 class GatewaySettings(BaseSettings):
@@ -121,6 +137,14 @@ class GatewaySettings(BaseSettings):
         if self.payload_log_hash_keys and not salt:
             raise ValueError("GATEWAY_PAYLOAD_LOG_HASH_KEYS needs GATEWAY_PAYLOAD_LOG_SALT")
         return self
+
+    # Shadow traffic (gateway/shadow/): model -> its challenger, as JSON in GATEWAY_SHADOW, e.g.
+    # {"fraud-detector": {"version": "2", "share": 0.5}}. Challenger calls in flight past
+    # shadow_in_flight are dropped (counted), so a slow challenger never queues work.
+    shadow: dict[str, ShadowTarget] = Field(default_factory=dict)
+    shadow_in_flight: int = Field(64, ge=1)
+    # Predictions remembered for feedback (labels by prediction id), oldest forgotten first.
+    feedback_capacity: int = Field(200_000, ge=1)
 
     def missing_policy(self, model: str) -> str:
         return self.missing_entities_by_model.get(model, self.missing_entities)

@@ -41,12 +41,12 @@ def infer_inputs(inputs: Mapping[str, np.ndarray]) -> list[grpcclient.InferInput
 
 
 def infer_request(
-    model: str, inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...]
+    model: str, inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...], version: str = ""
 ) -> service_pb2.ModelInferRequest:
     """The ModelInferRequest tritonclient would send for these arrays: per input its name, Triton
     datatype (by numpy dtype) and shape, its data in ``raw_input_contents`` (numbers as C-order
     bytes, strings in Triton's length-prefixed BYTES layout); the named outputs asked for."""
-    request = service_pb2.ModelInferRequest(model_name=model)
+    request = service_pb2.ModelInferRequest(model_name=model, model_version=version)
     for name, array in inputs.items():
         datatype = triton_datatype(name, array)
         request.inputs.add(name=name, datatype=datatype, shape=array.shape)
@@ -102,9 +102,10 @@ class Triton(Protocol):
     async def close(self) -> None: ...
     async def model_config(self, model: str) -> dict: ...
     async def model_ready_version(self, model: str) -> str | None: ...
+    async def ready_versions(self, model: str) -> list[str]: ...
     async def is_live(self) -> bool: ...
     async def infer(
-        self, model: str, inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...]
+        self, model: str, inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...], version: str = ""
     ) -> tuple[dict[str, np.ndarray], str]: ...
 
 
@@ -142,16 +143,20 @@ class TritonClient:
 
     async def model_ready_version(self, model: str) -> str | None:
         """The newest ready version of ``model``, or None when it is not ready."""
+        versions = await self.ready_versions(model)
+        return versions[-1] if versions else None
+
+    async def ready_versions(self, model: str) -> list[str]:
+        """The versions of ``model`` Triton serves, oldest first; empty when it is not ready."""
         try:
             if not await self._client.is_model_ready(model, client_timeout=self.timeout_s):
-                return None
+                return []
             meta = await self._client.get_model_metadata(model, as_json=True, client_timeout=self.timeout_s)
         except InferenceServerException as exc:
             if "NOT_FOUND" in (exc.status() or "").upper():
-                return None
+                return []
             raise translate(exc, f"the state of {model!r}") from exc
-        versions = meta.get("versions") or ["1"]
-        return str(max(versions, key=int))
+        return sorted((str(v) for v in meta.get("versions") or ["1"]), key=int)
 
     async def is_live(self) -> bool:
         try:
@@ -160,14 +165,15 @@ class TritonClient:
             return False
 
     async def infer(
-        self, model: str, inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...]
+        self, model: str, inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...], version: str = ""
     ) -> tuple[dict[str, np.ndarray], str]:
         """One inference call: named input arrays in (their dtype gives the Triton type), the
-        named outputs back (BYTES outputs as object arrays of bytes), and the version Triton ran.
+        named outputs back (BYTES outputs as object arrays of bytes), and the version Triton ran
+        (``version`` pins one; "" is Triton's choice, its newest loaded version).
 
         The version comes from Triton's answer, not from the gateway's cached spec: right after
         a new version is loaded, the spec may still name the old one for up to ``spec_ttl_s``."""
-        request = infer_request(model, inputs, outputs)
+        request = infer_request(model, inputs, outputs, version)
         try:
             response = await self._infer(request, timeout=self.timeout_s)
         except grpc.RpcError as exc:  # as tritonclient reports it: the status code's name

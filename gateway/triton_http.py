@@ -315,17 +315,21 @@ class TritonHTTPClient:
 
     async def model_ready_version(self, model: str) -> str | None:
         """The newest ready version of ``model``, or None when it is not ready."""
+        versions = await self.ready_versions(model)
+        return versions[-1] if versions else None
+
+    async def ready_versions(self, model: str) -> list[str]:
+        """The versions of ``model`` Triton serves, oldest first; empty when it is not ready."""
         reply = await self._pool.request("GET", f"/v2/models/{quote(model)}/ready")
         if reply.status in (400, 404):  # Triton: 400 not ready, 404 unknown
-            return None
+            return []
         if reply.status != 200:
             raise _error(reply, f"the state of {model!r}")
         try:
             meta = json.loads((await self._get(f"/v2/models/{quote(model)}", f"the state of {model!r}")).body)
         except ModelNotFound:
-            return None  # unloaded between the two calls
-        versions = meta.get("versions") or ["1"]
-        return str(max(versions, key=int))
+            return []  # unloaded between the two calls
+        return sorted((str(v) for v in meta.get("versions") or ["1"]), key=int)
 
     async def is_live(self) -> bool:
         try:
@@ -334,14 +338,18 @@ class TritonHTTPClient:
             return False
 
     async def infer(
-        self, model: str, inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...]
+        self, model: str, inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...], version: str = ""
     ) -> tuple[dict[str, np.ndarray], str]:
         """One inference call: named input arrays in (their dtype gives the Triton type), the
-        named outputs back (BYTES outputs as object arrays of bytes), and the version Triton ran."""
+        named outputs back (BYTES outputs as object arrays of bytes), and the version Triton ran.
+        ``version`` pins one; "" is Triton's choice (its newest loaded version)."""
         body, header_size = infer_body(inputs, outputs)
-        reply = await self._pool.request(
-            "POST", f"/v2/models/{quote(model)}/infer", body, _INFER_HEADERS.format(header_size)
+        path = (
+            f"/v2/models/{quote(model)}/versions/{quote(version)}/infer"
+            if version
+            else f"/v2/models/{quote(model)}/infer"
         )
+        reply = await self._pool.request("POST", path, body, _INFER_HEADERS.format(header_size))
         if reply.status != 200:
             raise _error(reply, f"inference on {model!r}")
         out, version = read_outputs(reply)

@@ -100,9 +100,16 @@ def build_pipeline(numeric: list[str], categorical: list[str], n_estimators: int
 
 
 def train_and_register(
-    fs: Any, name: str, experiment_id: str, *, threshold: float = 0.35, n_estimators: int = 60
+    fs: Any,
+    name: str,
+    experiment_id: str,
+    *,
+    threshold: float = 0.35,
+    n_estimators: int = 60,
+    alias: str = "champion",
 ) -> Trained:
-    """Train on the point-in-time join, log the Pipeline, register it as ``name@champion``."""
+    """Train on the point-in-time join, log the Pipeline, register it as ``name@alias`` (a
+    ``challenger`` is another version of the same model, trained with other settings)."""
     import mlflow
     from mlflow import MlflowClient
     from sklearn.metrics import roc_auc_score
@@ -151,5 +158,5 @@ def train_and_register(
             skops_trusted_types=SKOPS_TRUSTED_TYPES,
         )
     version = int(info.registered_model_version)
-    MlflowClient().set_registered_model_alias(name, "champion", str(version))
+    MlflowClient().set_registered_model_alias(name, alias, str(version))
     return Trained(name, version, run.info.run_id, model, columns, auc, categorical)

@@ -49,13 +49,14 @@ class Refused(Exception):
         self.hint = hint
 
 
-def fetch_report(url: str, model: str, window: str, api_key: str | None, timeout: float = 10.0) -> dict:
-    """One model's drift report from the gateway at ``url``; Refused when there is none."""
+def fetch_report(url: str, model: str, window: str, api_key: str | None, route: str = "drift") -> dict:
+    """One model's report from the gateway at ``url`` (``GET /v1/models/{model}/{route}``:
+    drift, shadow, quality); Refused when there is none."""
     query = urllib.parse.urlencode({"window": window})
-    target = f"{url.rstrip('/')}/v1/models/{urllib.parse.quote(model, safe='')}/drift?{query}"
+    target = f"{url.rstrip('/')}/v1/models/{urllib.parse.quote(model, safe='')}/{route}?{query}"
     request = urllib.request.Request(target, headers={"x-api-key": api_key} if api_key else {})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=10.0) as response:
             return dict(json.loads(response.read()))
     except urllib.error.HTTPError as exc:
         try:
@@ -134,7 +135,7 @@ def drift(
     or refused, 2 usage."""
     if ctx.invoked_subcommand is not None:
         return
-    models = model or _default_models()
+    models = model or default_models()
     try:
         reports = [fetch_report(url, m, window, api_key) for m in models]
     except Refused as exc:
@@ -155,7 +156,7 @@ def drift(
     raise typer.Exit(exit_code(reports))
 
 
-def _default_models() -> list[str]:
+def default_models() -> list[str]:
     """The models the gateway serves by the same setting (``GATEWAY_MODELS``)."""
     from pydantic import ValidationError
 

@@ -4,15 +4,21 @@ Feast's feature server logs a feature service's rows with the columns
 ``feast.feature_logging.FeatureServiceLoggingSource.get_schema`` lists: each join key, then per
 feature ``{view}__{feature}``, ``{view}__{feature}__timestamp`` and ``{view}__{feature}__status``
 (``FieldStatus``: 1 PRESENT, 3 NOT_FOUND), then ``__log_timestamp``, ``__log_date`` and
-``__request_id``. We write the same, so Feast's monitoring (pointed at the folder as a
-``FileLoggingDestination``) and any Parquet reader (pandas, Evidently, DuckDB) read it, plus:
+``__request_id`` (the id the gateway returned with the answer). We write the same, so Feast's
+monitoring (pointed at the folder as a ``FileLoggingDestination``) and any Parquet reader
+(pandas, Evidently, DuckDB) read it, plus:
 
 - request-time fields under their own names (as Feast names a request source's fields);
 - our prediction columns: ``__model``, ``__model_version``, and by kind ``__score`` (binary,
   outlier), ``__label`` (classifiers, the class value in its own type; outlier, -1 or 1),
   ``__probabilities`` (classifiers, in ``classes`` order), ``__scores`` (classifiers without
   probabilities: decision-function values), ``__value`` (regression), ``__values`` (regression
-  with several targets), ``__outlier`` (outlier), and ``__defaults_used``.
+  with several targets), ``__outlier`` (outlier), and ``__defaults_used``;
+- ``__prediction_id``, the id returned with each prediction (``{request id}-{row}``), which
+  labels name (gateway/quality/);
+- with shadow traffic (gateway/shadow/), the challenger's answer beside the champion's:
+  ``__challenger_model``, ``__challenger_version`` and ``__challenger_score`` (``_label``,
+  ``_probabilities``, ...), null in rows it did not answer.
 
 Values are what the model was sent (float32 in the matrix layout), except that a missing online
 value is null with status NOT_FOUND, where Triton got its stand-in (NaN, ``""``). ``__log_date``
@@ -31,15 +37,20 @@ from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gateway.catalog import ModelSpec
-from gateway.observe import Observation
+from gateway.observe import ChallengerAnswer, Observation
+from gateway.responses import Prediction
 
 PRESENT: Final = 1  # feast.protos.feast.serving.ServingService_pb2.FieldStatus
 NOT_FOUND: Final = 3
 LOG_TIMESTAMP: Final = "__log_timestamp"  # feast.feature_logging.LOG_TIMESTAMP_FIELD
 LOG_DATE: Final = "__log_date"  # feast.feature_logging.LOG_DATE_FIELD
 REQUEST_ID: Final = "__request_id"  # feast.feature_logging.REQUEST_ID_FIELD
+CHALLENGER_MODEL: Final = "__challenger_model"
+CHALLENGER_VERSION: Final = "__challenger_version"
+PREDICTION_ID: Final = "__prediction_id"  # the id the caller got with the prediction
 MODEL: Final = "__model"
 VERSION: Final = "__model_version"
 TIMESTAMP_TYPE: Final = pa.timestamp("us", tz="UTC")
@@ -93,10 +104,17 @@ def to_table(
     columns[MODEL] = pa.array([spec.name] * n, type=pa.string())
     columns[VERSION] = pa.array([observation.version] * n, type=pa.string())
     columns.update(_predictions(spec, [observation.predictions[i] for i in rows]))
+    if observation.challenger is not None:
+        columns.update(_challenger(observation.challenger, rows))
     at = int(observation.at * 1_000_000)
     columns[LOG_TIMESTAMP] = pa.array(np.full(n, at, dtype=np.int64)).cast(TIMESTAMP_TYPE)
     columns[LOG_DATE] = pa.array([log_date(observation.at)] * n, type=pa.date32())
-    columns[REQUEST_ID] = pa.array(_request_ids(observation)[rows], type=pa.string())
+    if observation.prediction_ids:
+        ids = np.asarray(observation.prediction_ids, dtype=object)[rows]
+        columns[REQUEST_ID] = pa.array([i.rpartition("-")[0] for i in ids], type=pa.string())
+        columns[PREDICTION_ID] = pa.array(ids, type=pa.string())
+    else:
+        columns[REQUEST_ID] = pa.array(_request_ids(observation)[rows], type=pa.string())
     return pa.table(columns)
 
 
@@ -109,6 +127,26 @@ def _served(spec: ModelSpec, values: np.ndarray, dtype: str) -> tuple[Any, np.nd
         listed = [v.decode() if isinstance(v, bytes) else str(v) for v in values]
         return listed, np.array([v == "" for v in listed], dtype=bool)
     return np.asarray(values), np.zeros(len(values), dtype=bool)  # int64/bool are never missing
+
+
+def _challenger(answer: ChallengerAnswer, rows: np.ndarray) -> dict[str, pa.Array]:
+    """The challenger's answers (shadow traffic) beside the champion's: ``__challenger_model``,
+    ``__challenger_version`` and its prediction columns named as the champion's with the
+    ``__challenger_`` prefix; null in the rows it did not answer (not mirrored, dropped, failed)."""
+    picked = [answer.predictions[i] for i in rows]
+    answered = pa.array([p is not None for p in picked], type=pa.bool_())
+    stand_in = Prediction(False)
+    columns = {
+        CHALLENGER_MODEL: pa.array([answer.spec.name] * len(picked), type=pa.string()),
+        CHALLENGER_VERSION: pa.array([answer.version] * len(picked), type=pa.string()),
+    }
+    for name, column in _predictions(answer.spec, [p or stand_in for p in picked]).items():
+        if name != "__defaults_used":  # the champion's inputs: the same rows, the same stand-ins
+            columns[f"__challenger_{name[2:]}"] = column
+    return {
+        name: pc.if_else(answered, column, pa.nulls(len(picked), column.type))
+        for name, column in columns.items()
+    }
 
 
 def _request_ids(observation: Observation) -> np.ndarray:

@@ -50,7 +50,7 @@ class Output(_message.Message):
     def __init__(self, values: _Optional[_Iterable[float]] = ..., strings: _Optional[_Iterable[str]] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Prediction(_message.Message):
-    __slots__ = ("score", "label", "probabilities", "defaults_used", "class_label", "value", "outputs", "outlier", "scores", "values")
+    __slots__ = ("score", "label", "probabilities", "defaults_used", "class_label", "value", "outputs", "outlier", "scores", "values", "id")
     class OutputsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -68,6 +68,7 @@ class Prediction(_message.Message):
     OUTLIER_FIELD_NUMBER: _ClassVar[int]
     SCORES_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
     score: float
     label: int
     probabilities: _containers.RepeatedScalarFieldContainer[float]
@@ -78,20 +79,23 @@ class Prediction(_message.Message):
     outlier: bool
     scores: _containers.RepeatedScalarFieldContainer[float]
     values: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, score: _Optional[float] = ..., label: _Optional[int] = ..., probabilities: _Optional[_Iterable[float]] = ..., defaults_used: _Optional[bool] = ..., class_label: _Optional[_Union[Value, _Mapping]] = ..., value: _Optional[float] = ..., outputs: _Optional[_Mapping[str, Output]] = ..., outlier: _Optional[bool] = ..., scores: _Optional[_Iterable[float]] = ..., values: _Optional[_Iterable[float]] = ...) -> None: ...
+    id: str
+    def __init__(self, score: _Optional[float] = ..., label: _Optional[int] = ..., probabilities: _Optional[_Iterable[float]] = ..., defaults_used: _Optional[bool] = ..., class_label: _Optional[_Union[Value, _Mapping]] = ..., value: _Optional[float] = ..., outputs: _Optional[_Mapping[str, Output]] = ..., outlier: _Optional[bool] = ..., scores: _Optional[_Iterable[float]] = ..., values: _Optional[_Iterable[float]] = ..., id: _Optional[str] = ...) -> None: ...
 
 class PredictResponse(_message.Message):
-    __slots__ = ("model", "model_version", "predictions", "feature_age_seconds", "kind", "classes")
+    __slots__ = ("model", "model_version", "predictions", "feature_age_seconds", "kind", "classes", "id")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     PREDICTIONS_FIELD_NUMBER: _ClassVar[int]
     FEATURE_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     CLASSES_FIELD_NUMBER: _ClassVar[int]
+    ID_FIELD_NUMBER: _ClassVar[int]
     model: str
     model_version: str
     predictions: _containers.RepeatedCompositeFieldContainer[Prediction]
     feature_age_seconds: float
     kind: str
     classes: _containers.RepeatedCompositeFieldContainer[Value]
-    def __init__(self, model: _Optional[str] = ..., model_version: _Optional[str] = ..., predictions: _Optional[_Iterable[_Union[Prediction, _Mapping]]] = ..., feature_age_seconds: _Optional[float] = ..., kind: _Optional[str] = ..., classes: _Optional[_Iterable[_Union[Value, _Mapping]]] = ...) -> None: ...
+    id: str
+    def __init__(self, model: _Optional[str] = ..., model_version: _Optional[str] = ..., predictions: _Optional[_Iterable[_Union[Prediction, _Mapping]]] = ..., feature_age_seconds: _Optional[float] = ..., kind: _Optional[str] = ..., classes: _Optional[_Iterable[_Union[Value, _Mapping]]] = ..., id: _Optional[str] = ...) -> None: ...

@@ -65,11 +65,14 @@ class FakeTriton:
     async def model_ready_version(self, model: str) -> str | None:
         return "1"
 
+    async def ready_versions(self, model: str) -> list[str]:
+        return ["1"]
+
     async def model_config(self, model: str) -> dict:
         return self.cfg
 
     async def infer(
-        self, model: str, inputs: dict[str, np.ndarray], outputs: tuple[str, ...]
+        self, model: str, inputs: dict[str, np.ndarray], outputs: tuple[str, ...], version: str = ""
     ) -> tuple[dict, str]:
         n = len(inputs["amount"])
         self.calls.append(n)

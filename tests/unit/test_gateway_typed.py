@@ -537,11 +537,14 @@ class FakeTriton:
     async def model_ready_version(self, model: str) -> str | None:
         return None if model.endswith("_ensemble") else "3"
 
+    async def ready_versions(self, model: str) -> list[str]:
+        return [] if model.endswith("_ensemble") else ["3"]
+
     async def model_config(self, model: str) -> dict:
         return self.cfg
 
     async def infer(
-        self, model: str, inputs: dict[str, np.ndarray], outputs: tuple[str, ...]
+        self, model: str, inputs: dict[str, np.ndarray], outputs: tuple[str, ...], version: str = ""
     ) -> tuple[dict, str]:
         self.calls.append(inputs)
         n = len(next(iter(inputs.values())))
