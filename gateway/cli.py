@@ -29,11 +29,13 @@ console = Console(stderr=True, highlight=False)
 
 from gateway.drift.cli import drift_app  # noqa: E402  (the sub-apps register on the app above)
 from gateway.payload_log.cli import report  # noqa: E402
+from gateway.quality.cli import quality_app  # noqa: E402
 from gateway.shadow.cli import shadow  # noqa: E402
 
 drift_app.command("report")(report)
 app.add_typer(drift_app, name="drift")
 app.command("shadow")(shadow)
+app.add_typer(quality_app, name="quality")
 
 ModelOpt = Annotated[list[str] | None, typer.Option("--model", help="Model(s) served; /readyz checks them")]
 

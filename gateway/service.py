@@ -7,14 +7,18 @@ import logging
 from dataclasses import dataclass
 
 from prometheus_client import REGISTRY
+from prometheus_client.registry import Collector
 
 from gateway.auth import ApiKeys
 from gateway.core import Predictor
+from gateway.errors import Unavailable
 from gateway.drift.metrics import DriftCollector
 from gateway.drift.monitor import DriftMonitor
 from gateway.drift.stats import Thresholds
 from gateway.features import OnlineFeatures
 from gateway.payload_log import PayloadLog, open_payload_log
+from gateway.quality.live import QualityMonitor
+from gateway.quality.prom import QualityCollector
 from gateway.request import EntityRow
 from gateway.settings import GatewaySettings
 from gateway.shadow.runner import ShadowRunner, Watchers
@@ -28,9 +32,10 @@ class Service:
     auth: ApiKeys
     models: tuple[str, ...]  # what /readyz checks
     drift: DriftMonitor | None = None  # None: GATEWAY_DRIFT_SAMPLE=0
-    _collector: DriftCollector | None = None
     payload_log: PayloadLog | None = None  # None: no GATEWAY_PAYLOAD_LOG
     shadow: ShadowRunner | None = None  # None: no GATEWAY_SHADOW
+    quality: QualityMonitor | None = None  # predictions by id, for labels; None only if built by hand
+    _collectors: tuple[Collector, ...] = ()
 
     @classmethod
     async def open(cls, settings: GatewaySettings, models: tuple[str, ...]) -> Service:
@@ -48,9 +53,10 @@ class Service:
         drift = _drift_monitor(settings)
         payload_log = open_payload_log(settings, features)
         predictor = Predictor(settings, triton, features)
+        quality = QualityMonitor(settings.feedback_capacity)
         shadow = None
         if settings.shadow:  # the payload log then hears of shadowed batches once both answered
-            watchers = Watchers(log=payload_log)
+            watchers = Watchers(log=payload_log, quality=quality)
             shadow = ShadowRunner(
                 settings.shadow,
                 settings.shadow_in_flight,
@@ -59,7 +65,7 @@ class Service:
                 watchers,
                 settings.spec_ttl_s,
             )
-        predictor.observers = tuple(o for o in (drift, shadow or payload_log) if o is not None)
+        predictor.observers = tuple(o for o in (drift, quality, shadow or payload_log) if o is not None)
         service = cls(
             settings,
             predictor,
@@ -68,17 +74,23 @@ class Service:
             drift,
             payload_log=payload_log,
             shadow=shadow,
+            quality=quality,
         )
-        if drift is not None:
-            service._collector = _register(drift)
+        candidates = (QualityCollector(quality), *((DriftCollector(drift),) if drift is not None else ()))
+        service._collectors = tuple(c for c in candidates if _register(c))
         return service
+
+    def quality_monitor(self) -> QualityMonitor:
+        if self.quality is None:
+            raise Unavailable("this gateway keeps no predictions for feedback", cause="quality_off")
+        return self.quality
 
     async def close(self) -> None:
         """Close the clients, once no call uses them any more: the servers have stopped first
         (gateway/lifecycle.py). The payload log writes what is queued before the store closes."""
-        if self._collector is not None:
-            REGISTRY.unregister(self._collector)
-            self._collector = None
+        for collector in self._collectors:
+            REGISTRY.unregister(collector)
+        self._collectors = ()
         if self.shadow is not None:  # challenger calls in flight use the Triton client
             await self.shadow.close()
         await self.predictor.triton.close()
@@ -118,13 +130,12 @@ def _drift_monitor(settings: GatewaySettings) -> DriftMonitor | None:
     return DriftMonitor(settings.drift_sample, thresholds)
 
 
-def _register(drift: DriftMonitor) -> DriftCollector | None:
-    """The monitor's metrics on /metrics; a second Service in one process (a test, a CLI opening
+def _register(collector: Collector) -> bool:
+    """A monitor's metrics on /metrics; a second Service in one process (a test, a CLI opening
     one beside a server) keeps its counts and endpoint but cannot share the metric names."""
-    collector = DriftCollector(drift)
     try:
         REGISTRY.register(collector)
     except ValueError:
-        logging.getLogger("gateway").warning("drift metrics are already registered in this process")
-        return None
-    return collector
+        logging.getLogger("gateway").warning("%s metrics are already registered", type(collector).__name__)
+        return False
+    return True

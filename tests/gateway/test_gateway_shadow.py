@@ -218,3 +218,75 @@ def test_the_shadow_report_of_an_unshadowed_model_and_a_bad_window(shadowed: Sha
     assert bad.status_code == 400 and "window" in bad.json()["error"]
     unknown = requests.get(f"{gw.url}/v1/models/no-such-model/shadow", timeout=10)
     assert unknown.status_code == 404
+
+
+def rank_auc(truth: np.ndarray, score: np.ndarray) -> float:
+    """AUC as the share of (positive, negative) pairs ordered right, ties half."""
+    pos, neg = score[truth], score[~truth]
+    wins = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(wins / (len(pos) * len(neg)))
+
+
+def test_labels_fed_back_score_both_versions_and_bad_labels_are_counted(
+    stack: Stack, shadowed: Shadowed
+) -> None:
+    gw = shadowed.gateway
+    rows = like_training(stack, 160, seed=11)
+    answers: list[dict[str, Any]] = []
+    with requests.Session() as session:
+        for i in range(0, len(rows), 16):
+            response = session.post(
+                f"{gw.url}/v1/models/{NAME}/predict", json={"rows": rows[i : i + 16]}, timeout=10
+            )
+            assert response.status_code == 200, response.text
+            answers.extend(response.json()["predictions"])
+    shadow_report(gw, 240 + 160)  # the challenger has answered these too
+    frame = read_log(shadowed.log_dir, 240 + 160).set_index("__prediction_id")
+    ids = [a["id"] for a in answers]
+    champion = np.array([a["score"] for a in answers])
+    challenger = frame.loc[ids, "__challenger_score"].to_numpy()
+    truth = np.random.default_rng(5).random(len(ids)) < champion  # labels that follow the champion's odds
+
+    labels = [{"id": i, "label": int(t)} for i, t in zip(ids, truth, strict=True)]
+    hostile = [
+        labels[0],  # the same label again: a duplicate
+        {"id": labels[1]["id"], "label": 1 - labels[1]["label"]},  # another label: conflicting
+        {"id": "no-such-prediction-0", "label": 1},  # unknown
+        {"id": labels[2]["id"], "label": "maybe"},  # not a class: invalid
+    ]
+    sent = requests.post(f"{gw.url}/v1/models/{NAME}/feedback", json={"labels": labels + hostile}, timeout=10)
+    assert sent.status_code == 200, sent.text
+    outcome = sent.json()
+    assert {k: outcome[k] for k in ("accepted", "duplicate", "conflicting", "unknown", "invalid")} == {
+        "accepted": 160,
+        "duplicate": 1,
+        "conflicting": 1,
+        "unknown": 1,
+        "invalid": 1,
+    }
+    assert {e["outcome"] for e in outcome["errors"]} == {"duplicate", "conflicting", "unknown", "invalid"}
+    again = requests.post(f"{gw.url}/v1/models/{NAME}/feedback", json={"labels": labels[:10]}, timeout=10)
+    assert again.json()["duplicate"] == 10 and again.json()["accepted"] == 0  # idempotent
+
+    report = requests.get(f"{gw.url}/v1/models/{NAME}/quality", params={"window": "5m"}, timeout=30).json()
+    by_role = {v["role"]: v for v in report["versions"]}
+    assert (
+        by_role["champion"]["version"] == str(shadowed.champion.version)
+        and by_role["champion"]["rows"] == 160
+    )
+    assert by_role["challenger"]["version"] == str(shadowed.challenger.version)
+    assert by_role["challenger"]["rows"] == 160
+    assert by_role["champion"]["metrics"]["auc"] == pytest.approx(rank_auc(truth, champion), abs=1e-6)
+    assert by_role["challenger"]["metrics"]["auc"] == pytest.approx(rank_auc(truth, challenger), abs=1e-4)
+    own_accuracy = np.mean((champion >= THRESHOLD) == truth)
+    assert by_role["champion"]["metrics"]["accuracy"] == pytest.approx(own_accuracy)
+
+    # a body that is not labels, and an unknown model: clear 4xx, and the gateway still answers
+    bad = requests.post(f"{gw.url}/v1/models/{NAME}/feedback", json={"labels": "yes"}, timeout=10)
+    assert bad.status_code in (400, 422) and bad.json()["error"]
+    junk = requests.post(f"{gw.url}/v1/models/{NAME}/feedback", data=b"\xff{", timeout=10)
+    assert junk.status_code == 400
+    unknown = requests.post(f"{gw.url}/v1/models/nope/feedback", json={"labels": []}, timeout=10)
+    assert unknown.status_code == 404
+    ok = requests.post(f"{gw.url}/v1/models/{NAME}/predict", json=rows[0], timeout=10)
+    assert ok.status_code == 200
