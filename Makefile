@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 # two of them cut the wall time. PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup venv runtime redis wrk test demo bench gpu-check lint image clean help
+.PHONY: setup venv runtime redis wrk chromium test demo bench gpu-check lint image clean help
 
 help:
 	@echo "make demo   - set up, then train -> register -> export -> serve -> predict -> gate -> drift"
@@ -53,7 +53,14 @@ wrk:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq wrk >/dev/null; \
 	  else echo "wrk is missing: sudo apt-get install wrk (Debian/Ubuntu) or brew install wrk" >&2; exit 1; fi; }
 
-test: setup lint
+# The HTML reports (drift, quality) are opened in a real headless browser by the tests
+# (Debian package chromium).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	  else echo "chromium is missing: sudo apt-get install chromium (Debian/Ubuntu)" >&2; exit 1; fi; }
+
+test: setup chromium lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 demo: setup
