@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks import drift_bench, gateway_cpu, gateway_profile, report
+from benchmarks import drift_bench, gateway_cpu, gateway_profile, report, shadow_bench
 from benchmarks.gateway_loadgen import MODES, Target, Traffic, Window, measure, metric_key
 from support.load import Plan, triton_version
 
@@ -66,6 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile-concurrency", type=int, default=16)
     parser.add_argument(
         "--drift-seconds", type=float, default=4.0, help="seconds per side of drift on vs off, 0: none"
+    )
+    parser.add_argument(
+        "--shadow-seconds", type=float, default=4.0, help="seconds per side of shadow on vs off, 0: none"
     )
     parser.add_argument(
         "--idle-seconds", type=float, default=20.0, help="seconds of each server's idle CPU reading"
@@ -99,6 +102,8 @@ def build_stack(root: Path, say: Callable[[str], None]) -> tuple[Any, Any, Path]
     model_repo = root / "model_repo"
     # No ensemble: the Pipeline takes typed columns (strings included), one input each.
     export_model(ExportRequest(f"models:/{MODEL}@champion", model_repo))
+    # the shadow comparison's challenger: the same graph under its own name (shadow_bench.py)
+    export_model(ExportRequest(f"models:/{MODEL}@champion", model_repo, name=shadow_bench.CHALLENGER))
     return store, trained, model_repo
 
 
@@ -523,6 +528,26 @@ def drift_cost(
         }
 
 
+def shadow_cost(
+    bench: Bench, root: Path, store_env: dict[str, str], gateway_triton: str
+) -> dict[str, Any] | None:
+    """Shadow traffic's cost (benchmarks/shadow_bench.py): a second gateway mirroring every
+    request to the challenger, against the one above (``bench.target``: no shadow)."""
+    from dataclasses import replace
+
+    if bench.args.shadow_seconds <= 0:
+        return None
+    workdir = root / "gateway-shadow"
+    workdir.mkdir(exist_ok=True)
+    extra = shadow_bench.settings(MODEL)
+    with gateway(workdir, gateway_triton, root / "feature_repo", store_env, **extra) as gw:
+        on = replace(bench.target, gateway_http=gw.http, gateway_grpc=gw.grpc, gateway_pgid=gw.proc.pid)
+        seconds = bench.args.shadow_seconds * 2
+        return shadow_bench.compare(
+            bench.pool, (on, bench.target), bench.traffic, seconds, bench.args.warmup, bench.say
+        )
+
+
 def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """Everything in the module docstring; returns the ``gateway`` part of the results."""
     root.mkdir(parents=True, exist_ok=True)
@@ -585,6 +610,7 @@ def _run(
                 points = measure_points(bench)
                 profiles, profile_note = profile(bench, gw.proc.pid, root)
                 drift = drift_cost(bench, spec, root, store_env, gateway_triton)
+                shadow = shadow_cost(bench, root, store_env, gateway_triton)
             version = triton_version(server.grpc_url)
     finally:
         server.stop()
@@ -625,6 +651,7 @@ def _run(
         "profile_note": profile_note,
         "profile_file": os.path.relpath(profile_file, REPO_ROOT) if profile_file else None,
         "drift": drift,
+        "shadow": shadow,
         "cpu": {
             **cpu,
             "verdicts": gateway_cpu.verdicts(

@@ -107,6 +107,8 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines += cpu_markdown(report["gateway"]["cpu"])
         if report["gateway"].get("drift"):
             lines += drift_markdown(report["gateway"]["drift"])
+        if report["gateway"].get("shadow"):
+            lines += shadow_markdown(report["gateway"]["shadow"])
     if "gpu_routes" in report:
         lines += gpu_markdown(report["gpu_routes"])
     if "ensemble" in report:
@@ -400,6 +402,33 @@ def drift_markdown(d: dict[str, Any]) -> list[str]:
             f"On / off: {d['throughput_ratio']:.3f}× req/s, p50 {d['p50_added_ms']:+.3f} ms "
             f"(aim: >= {aim['throughput_ratio']}×, +<= {aim['p50_added_ms']} ms): {d['verdict']}.",
         ]
+    return [*lines, ""]
+
+
+def shadow_markdown(d: dict[str, Any]) -> list[str]:
+    """(c, shadow): the champion's rate and latency with and without a 100 % shadow."""
+    lines = ["### Shadow traffic, 100 % share vs none (issue 20)", ""]
+    rows = [
+        [
+            name,
+            f"{p['throughput_per_s']:,.0f}",
+            f"{p['p50_ms']:.2f}",
+            f"{p['p99_ms']:.2f}",
+            f"{p['gateway_cpu_us_per_request']:.0f}",
+            f"{p['triton_cpu_us_per_request']:.0f}",
+            str(p["errors"]),
+        ]
+        for name, p in (("shadow on (share 1.0)", d["on"]), ("shadow off", d["off"]))
+    ]
+    header = ["gateway HTTP, concurrency " + str(d["concurrency"]), "req/s", "p50 ms", "p99 ms"]
+    lines += _table([*header, "gateway CPU µs/req", "Triton CPU µs/req", "errors"], rows)
+    s = d["shadow"]
+    lines += [
+        "",
+        f"On / off: {d['throughput_ratio']:.3f}× req/s, p50 {d['p50_added_ms']:+.3f} ms (aim: >= "
+        f"{d['aim']['throughput_ratio']}×): {d['verdict']}. The challenger compared {s['rows']} rows "
+        f"(dropped {s['dropped_rows']}, failed {s['error_rows']}, agreement {s['agreement']}).",
+    ]
     return [*lines, ""]
 
 

@@ -154,20 +154,17 @@ def predictions(spec: ModelSpec, out: Mapping[str, np.ndarray], defaults: list[b
         raise OutputMismatch(
             f"the model's probabilities have shape {list(probs.shape)}; serving.classes has {len(classes)}"
         )
+    rows = probs.tolist()  # Python floats, once: a float() per value per row cost more (make bench)
     if spec.kind == "binary" and spec.decision_threshold is not None:
-        labels = [classes[1] if p >= spec.decision_threshold else classes[0] for p in probs[:, 1]]
+        labels = [classes[1] if r[1] >= spec.decision_threshold else classes[0] for r in rows]
     elif spec.roles.label is not None:
         labels = _class_values(classes, _output(out, spec.roles.label, n))
     else:  # no label output: the most probable class
         labels = [classes[j] for j in probs.argmax(axis=1)]
+    binary = spec.kind == "binary"
     return [
-        Prediction(
-            defaults[i],
-            score=float(probs[i, 1]) if spec.kind == "binary" else None,
-            label=labels[i],
-            probabilities=tuple(float(p) for p in probs[i]),
-        )
-        for i in range(n)
+        Prediction(defaults[i], score=r[1] if binary else None, label=labels[i], probabilities=tuple(r))
+        for i, r in enumerate(rows)
     ]
 
 
