@@ -4,7 +4,8 @@ builder serve (real Triton, no GPU) -> gateway serve -> predictions through the 
 HTTP and gRPC -> skew check -> release gate (Locust against the gateway, loose demo SLA) ->
 drift: a gateway with the payload log on, traffic like the training rows, then a burst with
 ``amount`` x3, the drift table after each, and the payload log's HTML report
-(demo/drift_step.py).
+(demo/drift_step.py) -> release on evidence: a challenger version shadowed on live traffic,
+labels fed back, both versions' quality and the promotion gate's decision (demo/shadow_step.py).
 
 The model reads numeric features and two strings: ``merchant_category`` from the feature store
 and the request's ``channel``. Its preprocessing (imputing, scaling, one-hot encoding) is part
@@ -45,6 +46,9 @@ FEATURES = ROOT / "feature_repo"
 MODEL = "fraud-detector"
 LOG = STATE / "payload-log"
 REPORT = STATE / "drift-report.html"
+SHADOW_LOG = STATE / "shadow-log"
+QUALITY_REPORT = STATE / "quality-report.html"
+SHADOW_MODEL = "fraud-detector-challenger"
 ENTITY_KEYS = ("user_id", "merchant_id")
 console = Console(highlight=False)
 
@@ -258,6 +262,67 @@ def drift(triton_url: str, fs: Any) -> str:
     return since
 
 
+def shadow(triton_url: str, fs: Any) -> None:
+    """The release-on-evidence step (demo/shadow_step.py): the promotion gate's decision is the
+    step's outcome, printed; a challenger that fails the criteria is no failure of the demo."""
+    from demo import shadow_step as s
+
+    shutil.rmtree(SHADOW_LOG, ignore_errors=True)
+    gateway, gp = start_gateway(triton_url, s.gateway_env(MODEL, str(SHADOW_LOG)))
+    url = f"http://127.0.0.1:{gp['http']}"
+    try:
+        rows, labels = s.held_out_rows(fs, s.ROWS)
+        console.print(
+            f"{len(rows)} transactions the models never trained on (the newest, which training held "
+            f"out), each mirrored to {SHADOW_MODEL} after the champion answered"
+        )
+        ids = s.send(url, MODEL, rows)
+        s.wait_compared(url, MODEL, len(rows))
+        s.run_cli(console, "gateway", "shadow", "--url", url, "--model", MODEL, "--window", s.WINDOW)
+        console.print(f"\nthe labels arrive (the data generator's is_fraud), by prediction id: {ids[0]}, ...")
+        body = {"labels": [{"id": i, "label": y} for i, y in zip(ids, labels, strict=True)]}
+        console.print(f"[dim]$ POST {url}/v1/models/{MODEL}/feedback ({len(ids)} labels)[/]")
+        status, outcome = http_json(f"{url}/v1/models/{MODEL}/feedback", body)
+        if status != 200:
+            sys.exit(f"demo: feedback answered {status}: {outcome}")
+        s.quality_table(console, url, MODEL)
+        args = [
+            "evidence",
+            "--criteria",
+            "promotion",
+            "--gateway",
+            url,
+            "--model",
+            MODEL,
+            "--window",
+            s.WINDOW,
+        ]
+        rc = s.run_cli(console, "loadtests", *args)
+    finally:
+        stop(gateway)  # writes what the payload log still queues
+    decision = {0: "promote the challenger", 6: "keep the champion: the challenger missed the criteria"}
+    console.print(
+        f"promotion gate (exit {rc}): [bold]{decision.get(rc, 'no decision: see the error above')}[/]"
+    )
+    labels_path = STATE / "labels.parquet"
+    s.labels_file(str(labels_path), ids, labels)
+    run(
+        "gateway",
+        "quality",
+        "report",
+        "--log",
+        str(SHADOW_LOG),
+        "--labels",
+        str(labels_path),
+        "--repo",
+        str(REPO),
+        "--model",
+        MODEL,
+        "--out",
+        str(QUALITY_REPORT),
+    )
+
+
 def main() -> None:
     import mlflow
 
@@ -281,6 +346,11 @@ def main() -> None:
         f"columns {trained.columns}\ntest AUC {trained.auc:.3f}; registered {MODEL} "
         f"version {trained.version} with alias champion"
     )
+    challenger = train_and_register(fs, MODEL, exp_id, n_estimators=5, alias="challenger")
+    console.print(
+        f"a challenger: 5 rounds of boosting where the champion has 60, test AUC {challenger.auc:.3f}; "
+        f"registered {MODEL} version {challenger.version} with alias challenger (shadowed in step 10)"
+    )
 
     # The preprocessing is inside the ONNX graph, so the ensemble is post-only: the run's
     # decision_threshold -> label. Fused (one ONNX model, ~1.05x the bare model's p50 and its
@@ -300,6 +370,20 @@ def main() -> None:
     console.print(
         f"served as {MODEL}_ensemble (one ONNX graph: model -> score, label at the run's threshold); "
         f"{MODEL} beside it is the bare model"
+    )
+    # Under its own Triton name: an ensemble pins one version, so --keep-serving (a challenger
+    # version beside the champion in one model) is for models served without one.
+    run(
+        "builder",
+        "export",
+        f"models:/{MODEL}@challenger",
+        "--repo",
+        str(REPO),
+        "--name",
+        SHADOW_MODEL,
+        "--ensemble",
+        "--ensemble-mode",
+        "fused",
     )
     step("4. builder validate")
     run("builder", "validate", "--repo", str(REPO))
@@ -377,6 +461,8 @@ def main() -> None:
         stop(gateway)
         gateway = None
         since = drift(f"http://127.0.0.1:{tp['http']}", fs)
+        step("10. release on evidence: the challenger shadowed on live traffic, labels, quality, the gate")
+        shadow(f"http://127.0.0.1:{tp['http']}", fs)
     finally:
         if gateway is not None:
             stop(gateway)
@@ -403,6 +489,9 @@ def print_next_steps(since: str) -> None:
         markup=False,
         highlight=False,
         soft_wrap=True,
+    )
+    console.print(
+        f"\n[bold]both versions' quality[/], labels joined offline to the shadowed log: {QUALITY_REPORT}"
     )
     console.print("\n[bold]the drift report again[/], from the demo's payload log (no server needed):")
     console.print(
