@@ -75,7 +75,8 @@ def reliability_svg(versions: tuple[VersionQuality, ...]) -> str:
         return pad + p * span, size - pad - r * span
 
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{size + 180}" height="{size}" role="img" '
+        # the legend beside the plot: room for "challenger " and a 40-character model name
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{size + 360}" height="{size}" role="img" '
         'aria-label="reliability plot">',
         f'<rect x="{pad}" y="{pad}" width="{span}" height="{span}" fill="none" stroke="#ccc"/>',
         f'<line x1="{pad}" y1="{size - pad}" x2="{size - pad}" y2="{pad}" stroke="#999" '
