@@ -29,7 +29,7 @@ REDIS_ENV = "REDIS_CONNECTION_STRING"
 REDIS_DEFAULT = "localhost:6379"
 PROFILE_FILES = {"sqlite": "feature_store.yaml", "redis": "feature_store.redis.yaml"}
 SERVICE = definitions.fraud_v1.name
-ENTITY_COLUMNS = ["user_id", "merchant_id"]
+ENTITY_COLUMNS = ["user_id", "merchant_id"]  # the demo service's join keys (entity_columns reads any)
 
 
 def profile_file(repo_path: Path | str = REPO_PATH, profile: str | None = None) -> Path:
@@ -118,6 +118,24 @@ def feature_refs(store: FeatureStore, service_name: str = SERVICE) -> list[str]:
     ]
 
 
+def entity_columns(store: FeatureStore, service_name: str = SERVICE) -> list[str]:
+    """The service's join keys, in the order its views name them (under each projection's
+    join-key map); on-demand views have none."""
+    from feast.errors import FeatureViewNotFoundException
+
+    keys: list[str] = []
+    for projection in store.get_feature_service(service_name).feature_view_projections:
+        try:
+            view = store.get_feature_view(projection.name)
+        except FeatureViewNotFoundException:
+            continue
+        for column in view.entity_columns:
+            key = projection.join_key_map.get(column.name, column.name)
+            if key not in keys:
+                keys.append(key)
+    return keys
+
+
 def load_transactions(store: FeatureStore) -> pd.DataFrame:
     """The labeled transactions the generator wrote beside the feature tables."""
     return pd.read_parquet(Path(store.repo_path) / definitions.TRANSACTIONS_PATH)
@@ -128,6 +146,7 @@ def training_frame(
 ) -> pd.DataFrame:
     """Point-in-time join of the entity rows (default: the transactions) with the service's features.
 
+    ``entity_df`` holds the service's join keys (``entity_columns``) and ``event_timestamp``.
     One row per entity row, in entity_df's order; columns are entity_df's, then the features in the
     service's order. A feature with no row at or before the entity timestamp, or only rows older than
     its view's TTL, is null (NaN; integer features then come back as float).
@@ -136,7 +155,7 @@ def training_frame(
     rows = load_transactions(store) if entity_df is None else entity_df
     names = feature_names(store, service_name)
     ts = definitions.EVENT_TIMESTAMP
-    keys = [*ENTITY_COLUMNS, ts]
+    keys = [*entity_columns(store, service_name), ts]
     request = rows[keys].copy()
     request[ts] = pd.to_datetime(request[ts], utc=True)
     # Feast's file store collapses entity rows that share join keys and timestamp (feast#6787) and
@@ -144,7 +163,8 @@ def training_frame(
     unique = request.drop_duplicates().reset_index(drop=True)
     got = store.get_historical_features(entity_df=unique, features=service).to_df()[[*keys, *names]]
     if len(got) < len(unique):
-        got = pd.concat([got, _refetch_dropped(store, service, unique, got[keys])], ignore_index=True)
+        dropped = _refetch_dropped(store, service, unique, got[keys], keys)
+        got = pd.concat([got, dropped], ignore_index=True)
     merged = request.merge(got, on=keys, how="left", validate="many_to_one")
     out = rows.reset_index(drop=True).copy()
     for name in names:
@@ -153,7 +173,11 @@ def training_frame(
 
 
 def _refetch_dropped(
-    store: FeatureStore, service: FeatureService, unique: pd.DataFrame, returned: pd.DataFrame
+    store: FeatureStore,
+    service: FeatureService,
+    unique: pd.DataFrame,
+    returned: pd.DataFrame,
+    keys: list[str],
 ) -> pd.DataFrame:
     """Features of the entity rows Feast 0.67's file offline store left out, one view at a time.
 
@@ -162,7 +186,6 @@ def _refetch_dropped(
     asked alone loses only its own features, which are then the nulls they should be.
     """
     ts = definitions.EVENT_TIMESTAMP
-    keys = [*ENTITY_COLUMNS, ts]
     flagged = unique.merge(returned, on=keys, how="left", indicator=True)
     missing = flagged.loc[flagged["_merge"] == "left_only", keys].reset_index(drop=True)
     for projection in service.feature_view_projections:

@@ -10,6 +10,7 @@ import logging
 import os
 import random
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,13 +30,14 @@ console = Console(stderr=True, highlight=False)
 
 from gateway.drift.cli import drift_app  # noqa: E402  (the sub-apps register on the app above)
 from gateway.payload_log.cli import report  # noqa: E402
-from gateway.quality.cli import quality_app  # noqa: E402
 from gateway.shadow.cli import shadow  # noqa: E402
 
 drift_app.command("report")(report)
 app.add_typer(drift_app, name="drift")
-app.command("shadow")(shadow)
+from gateway.quality.cli import quality_app  # noqa: E402
+
 app.add_typer(quality_app, name="quality")
+app.command("shadow")(shadow)
 
 ModelOpt = Annotated[list[str] | None, typer.Option("--model", help="Model(s) served; /readyz checks them")]
 
@@ -208,32 +210,75 @@ async def _serve(settings: Any, models: tuple[str, ...], reuse_port: bool = Fals
 @app.command("skew-check")
 def skew_check_cmd(
     model: Annotated[str, typer.Option(help="Model whose input to check")] = "fraud-detector",
-    sample: Annotated[int, typer.Option(help="Entities to sample from the transactions")] = 50,
+    sample: Annotated[int, typer.Option(help="Entity rows to sample from the source", min=1)] = 50,
     triton_url: Annotated[
         str | None, typer.Option(help="Triton: http://host:8000 or grpc://host:8001")
     ] = None,
     feature_repo: Annotated[Path | None, typer.Option(help="Feast repository")] = None,
     online_store: Annotated[str | None, typer.Option(help="sqlite or redis")] = None,
+    payload_log: Annotated[
+        str | None,
+        typer.Option(
+            help="Check the rows the gateway served: its payload log (folder or URL), recomputed "
+            "offline at their logged times"
+        ),
+    ] = None,
+    since: Annotated[str, typer.Option(help="With --payload-log: rows logged since (1h, 7d, ISO)")] = "24h",
+    entities: Annotated[
+        Path | None,
+        typer.Option(
+            help="Check these entity rows: a Parquet/CSV file with the model's entity keys "
+            "(and event_timestamp, default now)"
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Sampling seed")] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
 ) -> None:
-    """Compare the input the gateway builds online with the training path's, for sampled entities."""
+    """Compare the model input the gateway builds (or built) with the training path's, for
+    entity rows from the payload log, a file, or (neither) the feature repo's transactions."""
+    import datetime as dt
+
+    from gateway.payload_log.cli import parse_since
+    from gateway.refusal import refuse
+    from gateway.skew import SkewInputError, read_entity_file
+
+    hint = "pass --payload-log DIR|URL or --entities FILE.parquet|FILE.csv with the model's entity keys"
+    if payload_log and entities:
+        raise refuse("--payload-log and --entities are two sources: pass one", hint, 2)
+    window: tuple[dt.datetime, dt.datetime] | None = None
+    if payload_log:
+        now = dt.datetime.now(dt.UTC)
+        try:
+            window = (parse_since(since, now), now + dt.timedelta(seconds=1))
+        except ValueError as exc:
+            raise refuse(str(exc), "write --since as 30m, 1h, 7d or an ISO time", 2) from None
+    frame = None
+    if entities is not None:
+        try:
+            frame = read_entity_file(entities)
+        except SkewInputError as exc:
+            raise refuse(str(exc), hint, 2) from None
     settings = _settings(triton_url=triton_url, feature_repo=feature_repo, online_store=online_store)
     _check_triton(settings.triton_url)
-    report = asyncio.run(_skew(settings, model, sample, seed))
+    source = _SkewSource(frame, str(entities) if entities else "", payload_log, window)
+    try:
+        report = asyncio.run(_skew(settings, model, sample, seed, source))
+    except SkewInputError as exc:
+        raise refuse(str(exc), hint, 2) from None
     if json_output:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     else:
         table = Table(title=f"skew check: {model} ({report.feature_service}), {report.entities} entities")
-        for col in ("entity", "column", "online", "training"):
+        for col in ("entity", "at", "column", "online", "training"):
             table.add_column(col)
         for m in report.mismatches[:20]:
-            table.add_row(json.dumps(m["entity"]), m["column"], repr(m["online"]), repr(m["training"]))
+            row = (json.dumps(m["entity"]), m["at"], m["column"], repr(m["online"]), repr(m["training"]))
+            table.add_row(*row)
         if report.mismatches:
             console.print(table)
         verdict = "[green]PASS[/]" if report.passed else f"[red]FAIL[/] ({len(report.mismatches)} mismatches)"
         console.print(
-            f"skew check {verdict}: {report.entities} entities x {len(report.columns)} columns "
+            f"skew check {verdict}: {report.entities} entity rows x {len(report.columns)} columns "
             f"({', '.join(report.columns)})"
         )
     sys.exit(0 if report.passed else 1)
@@ -259,20 +304,66 @@ def _check_triton(url: str) -> None:
         ) from None
 
 
-async def _skew(settings: Any, model: str, sample: int, seed: int) -> Any:
+@dataclass(frozen=True)
+class _SkewSource:
+    """Where skew-check's entity rows come from: a file's rows, the payload log, or neither."""
+
+    frame: Any  # pandas.DataFrame of --entities, or None
+    path: str
+    payload_log: str | None
+    window: Any  # (since, until) for the payload log
+
+
+async def _skew(settings: Any, model: str, sample: int, seed: int, source: _SkewSource | None = None) -> Any:
+    import pandas as pd
+
     from feature_repo.store import load_transactions
     from gateway.service import Service
-    from gateway.skew import skew_check
+    from gateway.skew import SkewInputError, skew_check_frame, skew_check_logged
 
+    source = source or _SkewSource(None, "", None, None)
     service = await Service.open(settings, (model,))
     try:
-        tx = load_transactions(service.predictor.features.store)
-        pairs = sorted(set(zip(tx.user_id.astype(int), tx.merchant_id.astype(int), strict=True)))
+        if source.frame is not None:
+            frame = source.frame
+            frame = frame.sample(min(sample, len(frame)), random_state=seed) if len(frame) > sample else frame
+            return await skew_check_frame(service, model, frame.reset_index(drop=True), source.path)
+        if source.payload_log:
+            from gateway.payload_log.report import ReportError, read_window
+
+            try:
+                logged = read_window(source.payload_log, model, *source.window)
+            except ReportError as exc:
+                raise SkewInputError(str(exc)) from None
+            except OSError as exc:
+                raise SkewInputError(f"cannot read the payload log at {source.payload_log}: {exc}") from None
+            if logged.empty:
+                raise SkewInputError(
+                    f"no rows of {model!r} in the payload log at {source.payload_log} since "
+                    f"{source.window[0]:%Y-%m-%d %H:%M:%S} UTC (--since)"
+                )
+            logged = logged.sample(min(sample, len(logged)), random_state=seed).reset_index(drop=True)
+            return await skew_check_logged(service, model, logged, f"the payload log at {source.payload_log}")
+        # Neither: the feature repo's labeled transactions (the demo's), keyed as the model is.
+        spec = await service.predictor.spec(model)
+        try:
+            tx = load_transactions(service.predictor.features.store)
+        except OSError:
+            raise SkewInputError(
+                f"no --payload-log or --entities, and the feature repo has no transactions to sample "
+                f"(model {model!r} is keyed by {', '.join(spec.entity_key_names)})"
+            ) from None
+        keys = list(spec.entity_key_names)
+        missing = [k for k in keys if k not in tx.columns]
+        if missing:
+            raise SkewInputError(f"the feature repo's transactions have no column {', '.join(missing)}")
+        pairs = sorted(set(tx[keys].itertuples(index=False, name=None)))
         rows = [
-            {"user_id": u, "merchant_id": m}
-            for u, m in random.Random(seed).sample(pairs, min(sample, len(pairs)))
+            dict(zip(keys, p, strict=True))
+            for p in random.Random(seed).sample(pairs, min(sample, len(pairs)))
         ]
-        return await skew_check(service, model, rows)
+        frame = pd.DataFrame(rows, columns=keys)
+        return await skew_check_frame(service, model, frame, "the feature repo's transactions")
     finally:
         await service.close()
 

@@ -40,7 +40,29 @@ OPTION_SPECS: tuple[OptionSpec, ...] = (
         "input signature is read from the server and rows are generated",
     ),
     OptionSpec("--rows-per-request", "LOADTESTS_ROWS", 1, int, "rows (batch size) in each request"),
-    OptionSpec("--user-ids", "LOADTESTS_USER_IDS", "1-500", str, "entity id range of users (gateway)"),
+    OptionSpec(
+        "--entities",
+        "LOADTESTS_ENTITIES",
+        "",
+        str,
+        "Parquet or CSV file of entity rows the gateway user sends (join keys, optional request "
+        "fields); empty = the keys the feature repo's online store has",
+    ),
+    OptionSpec(
+        "--feature-repo",
+        "LOADTESTS_FEATURE_REPO",
+        "feature_repo",
+        str,
+        "Feast repository whose online store the gateway user draws existing entities from "
+        "(the model's feature service, from --model-repo)",
+    ),
+    OptionSpec(
+        "--user-ids",
+        "LOADTESTS_USER_IDS",
+        "1-500",
+        str,
+        "entity id range of users (gateway; only without --entities or a feature repo)",
+    ),
     OptionSpec("--merchant-ids", "LOADTESTS_MERCHANT_IDS", "1-100", str, "entity id range of merchants"),
     OptionSpec(
         "--channels",
@@ -68,6 +90,8 @@ class LoadOptions:
     model_version: str = ""
     model_repo: str = "model_repo"
     rows_per_request: int = 1
+    entities: str = ""
+    feature_repo: str = "feature_repo"
     user_ids: str = "1-500"
     merchant_ids: str = "1-100"
     channels: str = "web,app,pos"

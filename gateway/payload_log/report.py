@@ -107,12 +107,14 @@ def read_window(location: str, model: str, since: dt.datetime, until: dt.datetim
 def read_reference(repo: Path, model: str, version: str) -> tuple[dict[str, Any] | None, str]:
     """The version's metadata.json (None, and why, when there is none or it has no reference).
 
-    The ensemble's, when there is one (its reference describes what the gateway sends it); its
-    ``serving`` facts (the columns the reference is checked against) are the bare model's of the
-    same export when its own has none, as a generated ensemble's metadata does not repeat them."""
+    The ensemble's, when there is one (its reference describes what the gateway sends it). A
+    generated ensemble's metadata (fused or steps) does not repeat the ``serving`` facts the
+    reference is checked against: they are the bare model's of the same export, else the
+    serving contract in the ensemble's (then the bare model's) config parameters."""
     found: dict[str, Any] | None = None
     serving: dict[str, Any] | None = None
-    for folder in (f"{model}_ensemble", model):
+    folders = (f"{model}_ensemble", model)
+    for folder in folders:
         path = repo / folder / version / "metadata.json"
         if not path.is_file():
             continue
@@ -129,9 +131,34 @@ def read_reference(repo: Path, model: str, version: str) -> tuple[dict[str, Any]
             found = metadata
     if found is None:
         return None, f"no {repo / model / version / 'metadata.json'}"
+    for folder in folders:
+        serving = serving or config_serving(repo / folder / "config.pbtxt")
     if not found.get("serving") and serving:
         found = {**found, "serving": serving}
     return found, ""
+
+
+def config_serving(path: Path) -> dict[str, Any] | None:
+    """The serving facts a Triton config's ``serving.*`` parameters hold (the export writes each
+    one as text: a string as is, anything else as JSON); None without a readable config or
+    columns in it. The config is shared by a model's versions: the latest export's facts."""
+    from google.protobuf import text_format
+    from tritonclient.grpc.model_config_pb2 import ModelConfig
+
+    try:
+        config = text_format.Parse(path.read_text(), ModelConfig())
+    except (OSError, text_format.ParseError):
+        return None
+    facts: dict[str, Any] = {}
+    for key, parameter in config.parameters.items():
+        if not key.startswith("serving."):
+            continue
+        text = parameter.string_value
+        try:
+            facts[key.removeprefix("serving.")] = json.loads(text)
+        except ValueError:
+            facts[key.removeprefix("serving.")] = text
+    return facts if facts.get("columns") else None
 
 
 def _spec(model: str, version: str, serving: dict[str, Any]) -> ModelSpec:

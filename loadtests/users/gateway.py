@@ -6,23 +6,19 @@ from urllib.parse import quote
 
 from locust import task
 
-from loadtests.payloads import EntityRows, parse_channels
+from loadtests.payloads import gateway_rows
 from loadtests.responses import gateway_problem
 from loadtests.users.http_base import JsonHttpUser
 from loadtests.users.options import user_seed
 
 
 class GatewayUser(JsonHttpUser):
-    """One client of the gateway: rows with random users/merchants from the feature repo's
-    ranges, a request-time amount, hour and channel; the answer must hold one prediction per row."""
+    """One client of the gateway: rows of entities the online store has (``--entities``, else
+    the feature repo's online store, else the id ranges; loadtests/payloads.py) with the model's
+    request-time fields; the answer must hold one prediction per row."""
 
     def on_start(self) -> None:
-        self.rows = EntityRows(
-            self.options.user_ids,
-            self.options.merchant_ids,
-            seed=user_seed(self.options, "gateway"),
-            channels=parse_channels(self.options.channels),
-        )
+        self.rows = gateway_rows(self.options, seed=user_seed(self.options, "gateway"))
         self.path = f"/v1/models/{quote(self.options.model, safe='')}/predict"
 
     @task
