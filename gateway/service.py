@@ -11,10 +11,10 @@ from prometheus_client.registry import Collector
 
 from gateway.auth import ApiKeys
 from gateway.core import Predictor
-from gateway.errors import Unavailable
 from gateway.drift.metrics import DriftCollector
 from gateway.drift.monitor import DriftMonitor
 from gateway.drift.stats import Thresholds
+from gateway.errors import Unavailable
 from gateway.features import OnlineFeatures
 from gateway.payload_log import PayloadLog, open_payload_log
 from gateway.quality.live import QualityMonitor
