@@ -44,7 +44,9 @@ ModelOpt = Annotated[list[str] | None, typer.Option("--model", help="Model(s) se
 
 def _settings(**overrides: Any) -> Any:
     from pydantic import ValidationError
+    from pydantic_settings import SettingsError
 
+    from gateway.refusal import refuse
     from gateway.settings import GatewaySettings
 
     try:
@@ -54,6 +56,10 @@ def _settings(**overrides: Any) -> Any:
         where = f"setting {'.'.join(map(str, first['loc']))}: " if first["loc"] else ""
         console.print(f"[bold red]error:[/] {where}{first['msg']}")
         sys.exit(2)
+    except SettingsError as exc:  # a GATEWAY_* value that must be JSON (a map) and is not
+        field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else "?"
+        hint = "a JSON object, e.g. GATEWAY_SHADOW='{\"fraud-detector\": {\"share\": 0.5}}' (docs/gateway.md)"
+        raise refuse(f"setting {field}: GATEWAY_{field.upper()} is not valid JSON", hint, 2) from None
 
 
 @app.command()

@@ -102,6 +102,10 @@ def test_grpc_predictions_equal_http(stack: Stack, gateway: servers.Gateway):
     assert [p.score for p in reply.predictions] == pytest.approx(
         [p["score"] for p in http["predictions"]], abs=1e-7
     )
+    # every answer has its own id, each prediction {request id}-{row}, over both transports
+    assert reply.id and reply.id != http["id"]
+    assert [p.id for p in reply.predictions] == [f"{reply.id}-{i}" for i in range(len(ROWS))]
+    assert [p["id"] for p in http["predictions"]] == [f"{http['id']}-{i}" for i in range(len(ROWS))]
 
 
 @pytest.mark.parametrize(

@@ -285,3 +285,22 @@ def test_the_payload_log_row_carries_the_challengers_answer_beside_the_champions
 
 def run_and_get(coro: Any) -> Any:
     return asyncio.run(coro())
+
+
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        ("nope", "GATEWAY_SHADOW is not valid JSON"),
+        ('{"m": {"share": 2}}', "setting shadow.m.share"),
+        ('{"m": {"version": "latest"}}', "setting shadow.m.version"),
+        ('{"m": {"shar": 1}}', "setting shadow.m.shar"),
+    ],
+)
+def test_a_bad_shadow_setting_is_one_line_and_exit_2(value: str, fragment: str) -> None:
+    from typer.testing import CliRunner
+
+    from gateway.cli import app
+
+    result = CliRunner().invoke(app, ["serve"], env={"GATEWAY_SHADOW": value})
+    assert result.exit_code == 2
+    assert fragment in result.output and "Traceback" not in result.output
