@@ -304,3 +304,55 @@ def test_a_bad_shadow_setting_is_one_line_and_exit_2(value: str, fragment: str) 
     result = CliRunner().invoke(app, ["serve"], env={"GATEWAY_SHADOW": value})
     assert result.exit_code == 2
     assert fragment in result.output and "Traceback" not in result.output
+
+
+# -- the comparison, kind by kind (gateway/shadow/compare.py) ------------------------------
+
+
+def test_each_kind_is_compared_on_what_it_answers() -> None:
+    from gateway.responses import Prediction
+    from gateway.shadow.compare import compare, psi_bins
+    from tests.unit.test_gateway_kinds import multi_config, outlier_config, spec_of, svc_config
+
+    # multi-target regression: the largest difference over the targets, no label
+    spec = spec_of(multi_config())
+    a = [Prediction(False, values=(1.0, 2.0, 3.0)), Prediction(False, values=(0.0, 0.0, 0.0))]
+    b = [Prediction(False, values=(1.5, 2.0, 2.0)), Prediction(False, values=(0.0, 0.25, 0.0))]
+    got = compare(spec, a, b, psi_bins(spec))
+    assert got.agree is None and got.difference is not None
+    assert got.difference.tolist() == [1.0, 0.25]
+    assert got.champion_bins is None  # K targets have no one distribution to compare
+
+    # outlier detector: labels agree or not, the decision function's difference
+    spec = spec_of(outlier_config())
+    a = [
+        Prediction(False, score=0.3, label=1, outlier=False),
+        Prediction(False, score=-0.1, label=-1, outlier=True),
+    ]
+    b = [
+        Prediction(False, score=0.1, label=1, outlier=False),
+        Prediction(False, score=0.2, label=1, outlier=False),
+    ]
+    got = compare(spec, a, b, None)
+    assert got.agree is not None and got.agree.tolist() == [True, False]
+    assert got.difference is not None and got.difference.tolist() == pytest.approx([0.2, 0.3])
+
+    # a classifier without probabilities: labels only
+    spec = spec_of(svc_config())
+    a = [Prediction(False, label=0, scores=(-1.0,)), Prediction(False, label=1, scores=(2.0,))]
+    b = [Prediction(False, label=1, scores=(0.5,)), Prediction(False, label=1, scores=(1.0,))]
+    got = compare(spec, a, b, psi_bins(spec))
+    assert got.agree is not None and got.agree.tolist() == [False, True] and got.difference is None
+
+    # multi-class with probabilities: the largest per-class difference; string classes
+    multi = {
+        "serving.kind": "multiclass",
+        "serving.classes": ["a", "b", "c"],
+        "serving.outputs": {"label": "label", "probabilities": "probabilities"},
+    }
+    spec = spec_from_config("m", "m", "1", config(multi, {"label": ["1"], "probabilities": ["3"]}), KEYS)
+    a = [Prediction(False, label="a", probabilities=(0.6, 0.3, 0.1))]
+    b = [Prediction(False, label="b", probabilities=(0.4, 0.5, 0.1))]
+    got = compare(spec, a, b, None)
+    assert got.agree is not None and got.agree.tolist() == [False]
+    assert got.difference is not None and got.difference.tolist() == pytest.approx([0.2])
