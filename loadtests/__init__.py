@@ -8,6 +8,6 @@ Two halves that never share a process:
   importing Locust monkey-patches the whole process with gevent;
 * the **load** (``locustfile``, ``users``, ``shapes``): what the Locust subprocess imports.
 
-``payloads``, ``profiles``, ``settings`` and ``targets`` are shared: free of Locust and gevent,
+``entities``, ``payloads``, ``profiles``, ``settings`` and ``targets`` are shared: free of Locust and gevent,
 so the gate and the unit tests can use them too.
 """

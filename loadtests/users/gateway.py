@@ -6,7 +6,7 @@ from urllib.parse import quote
 
 from locust import task
 
-from loadtests.payloads import gateway_rows
+from loadtests.entities import gateway_rows
 from loadtests.responses import gateway_problem
 from loadtests.users.http_base import JsonHttpUser
 from loadtests.users.options import user_seed
@@ -14,7 +14,7 @@ from loadtests.users.options import user_seed
 
 class GatewayUser(JsonHttpUser):
     """One client of the gateway: rows of entities the online store has (``--entities``, else
-    the feature repo's online store, else the id ranges; loadtests/payloads.py) with the model's
+    the feature repo's online store, else the id ranges; loadtests/entities.py) with the model's
     request-time fields; the answer must hold one prediction per row."""
 
     def on_start(self) -> None:
