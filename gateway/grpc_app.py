@@ -15,6 +15,7 @@ from google.protobuf.message import DecodeError
 
 from gateway import metrics
 from gateway.errors import BadRequest, GatewayError, InvalidInput
+from gateway.oip import grpc as oip_grpc
 from gateway.proto import gateway_pb2, to_value
 from gateway.request import PredictRequest, Row
 from gateway.responses import Prediction, PredictResult
@@ -149,5 +150,6 @@ def create_server(service: Service, address: str, reuse_port: bool = False) -> g
         response_serializer=gateway_pb2.PredictResponse.SerializeToString,
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Predict": predict}),))
+    server.add_generic_rpc_handlers((oip_grpc.handler(service),))  # KServe v2 / OIP (gateway/oip/)
     server.add_insecure_port(address)
     return server

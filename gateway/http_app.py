@@ -6,6 +6,8 @@ time per request at 16 clients (py-spy, ``make bench``). So that route is answer
 ASGI scope directly, before the framework; everything else (``/healthz``, ``/readyz``,
 ``/metrics``, ``/v1/models/{model}/drift``, 404s, the app's lifespan) goes to the FastAPI app
 behind it. Both only translate to and from the core: statuses come from the error tree (gateway/errors.py).
+The Open Inference Protocol's ``POST /v2/models/{model}/infer`` is answered the same way
+(``OipInferRoute``, translation in gateway/oip/); its metadata and health routes are on FastAPI.
 
 Hostile bodies are a 4xx, never a 500 (docs/gateway-limits.md): the body is bounded (``max_body_bytes``),
 must be UTF-8, and is parsed with bounded integers (``MAX_INT_DIGITS``), bounded nesting (the
@@ -30,6 +32,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from gateway import metrics
 from gateway.drift.monitor import off_report, window_seconds
 from gateway.errors import BadRequest, GatewayError, InvalidInput, MethodNotAllowed, TooLarge
+from gateway.oip import http as oip
 from gateway.quality.live import parse_feedback
 from gateway.request import PredictRequest, Row
 from gateway.service import Service
@@ -221,6 +224,58 @@ def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("latin-1")
 
 
+class OipInferRoute(PredictRoute):
+    """``POST /v2/models/{model}[/versions/{v}]/infer`` (the Open Inference Protocol, gateway/oip/)
+    the same way as the predict route: from the ASGI scope, before the framework; the same
+    auth, body limit and core, errors in the protocol's shape (``{"error": "..."}``)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        target = oip.infer_target(scope["path"]) if scope["type"] == "http" else None
+        if target is None:
+            await self.app(scope, receive, send)
+            return
+        with metrics.request("oip_infer", self.service.models) as call:
+            call.model = target[0]
+            status, body, headers = await self._infer(target, scope, receive)
+            call.status = str(status)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": status,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        *headers,
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+
+    async def _infer(
+        self, target: tuple[str, str], scope: Scope, receive: Receive
+    ) -> tuple[int, bytes, list[Any]]:
+        model, version = target
+        try:
+            if scope["method"] != "POST":
+                raise MethodNotAllowed(f"{scope['method']} is not allowed here: POST an inference request")
+            headers = dict(scope["headers"])
+            self.service.auth.check(_text(headers.get(b"x-api-key")), _text(headers.get(b"authorization")))
+            body = await self._body(headers.get(b"content-length"), receive)
+            spec = await self.service.predictor.spec(model)
+            oip.check_version(spec, version)
+            head, binary = oip.split_body(body, headers.get(b"inference-header-content-length"))
+            parsed = oip.parse_infer(spec, parse_json(head), binary)
+            result = await self.service.predictor.predict(parsed.request)
+            return 200, to_json(oip.infer_body(parsed, result)), []
+        except GatewayError as exc:
+            status, _, extra = error_body(exc)
+            return status, to_json(oip.error_doc(exc)), extra
+        except Exception:
+            log.exception("unexpected error serving %s", model)
+            status, _, extra = error_body(GatewayError("internal error"))
+            return status, to_json({"error": "internal error"}), extra
+
+
 class IdleTimeoutProtocol(HttpToolsProtocol):
     """uvicorn's HTTP protocol, with its keep-alive timer also armed on a fresh connection and
     while a request's head is still arriving.
@@ -343,4 +398,5 @@ def create_app(service: Service) -> ASGIApp:
                 return _error_response(exc)
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    return PredictRoute(app, service)
+    oip.add_routes(app, service)  # the Open Inference Protocol's health and metadata (gateway/oip/)
+    return PredictRoute(OipInferRoute(app, service), service)

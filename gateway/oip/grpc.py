@@ -1,0 +1,220 @@
+"""OIP over gRPC: ``inference.GRPCInferenceService`` on the gateway's own gRPC server.
+
+The messages are the ones tritonclient ships (``tritonclient.grpc.service_pb2``), so there is no
+.proto of ours to keep in step with the protocol. As for ``gateway.v1.Gateway``
+(gateway/grpc_app.py), each method gets the raw bytes and decodes them itself: a message that
+does not decode is an INVALID_ARGUMENT from the error tree, not grpc's UNKNOWN.
+
+Implemented: ServerLive, ServerReady, ServerMetadata, ModelReady, ModelMetadata, ModelConfig
+(what perf_analyzer sizes its requests from) and ModelInfer. The rest of the service
+(streaming, repository control, shared memory, statistics, tracing, logging) is not
+registered, so grpc answers UNIMPLEMENTED. Inputs come in ``raw_input_contents`` (tritonclient's
+way) or typed ``contents``; outputs go out in ``raw_output_contents``, as Triton answers. The
+gateway's request id and the features' age are response parameters (``prediction_id``,
+``feature_age_seconds``), as over HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeAlias
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError, Message
+from tritonclient.grpc import model_config_pb2, service_pb2
+
+from gateway import metrics
+from gateway.catalog import ModelSpec
+from gateway.errors import BadRequest, GatewayError, ModelNotFound
+from gateway.oip import mapping
+from gateway.oip.tensors import DATATYPES, elements, from_raw, text, to_raw
+from gateway.responses import PredictResult
+from gateway.service import Service
+from gateway.values import Scalar
+
+log = logging.getLogger("gateway")
+
+SERVICE: Final = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
+_CONTENTS: Final = {
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "BOOL": "bool_contents",
+    "BYTES": "bytes_contents",
+}
+Context: TypeAlias = grpc.aio.ServicerContext
+
+
+def _decode(message_type: Any, raw: bytes) -> Any:
+    try:
+        return message_type.FromString(raw)
+    except DecodeError as exc:
+        raise BadRequest(f"the request is not an {message_type.DESCRIPTOR.full_name}: {exc}") from None
+
+
+def _values(item: Any, count: int, raw: bytes | None) -> list[Scalar]:
+    """One input's values, from its raw bytes or its typed contents (not both)."""
+    if raw is not None:
+        if item.HasField("contents"):
+            raise BadRequest(f"input {item.name!r} has both contents and raw_input_contents")
+        return from_raw(item.name, item.datatype, count, raw)
+    found = list(getattr(item.contents, _CONTENTS[item.datatype]))
+    if len(found) != count:
+        raise BadRequest(f"input {item.name!r}: {len(found)} {item.datatype} value(s) for {count} element(s)")
+    if item.datatype == "BYTES":
+        return [text(item.name, v) for v in found]
+    values: list[Scalar] = found
+    return values
+
+
+def tensors(spec: ModelSpec, request: Any) -> list[mapping.Tensor]:
+    """A ModelInferRequest's inputs, checked against the model and decoded."""
+    raws = list(request.raw_input_contents)
+    if raws and len(raws) != len(request.inputs):
+        raise BadRequest(f"{len(raws)} raw_input_contents for {len(request.inputs)} inputs")
+    out = []
+    for i, item in enumerate(request.inputs):
+        if item.datatype not in DATATYPES:
+            raise BadRequest(
+                f"input {item.name!r}: datatype {item.datatype[:20]!r} is not one of {', '.join(DATATYPES)}"
+            )
+        if "shared_memory_region" in item.parameters:
+            raise BadRequest(f"input {item.name!r}: shared memory is not supported by the gateway")
+        shape = list(item.shape)
+        mapping.rows_in(spec, item.name, item.datatype, shape)
+        count = elements(item.name, shape)
+        values = _values(item, count, raws[i] if raws else None)
+        out.append(mapping.Tensor(item.name, item.datatype, values))
+    return out
+
+
+def infer_response(request: Any, outputs: tuple[mapping.TensorSpec, ...], result: PredictResult) -> Any:
+    """The ModelInferResponse: outputs as raw bytes, the gateway's id and the features' age as
+    parameters (row ``i``'s prediction id is ``{prediction_id}-{i}``)."""
+    response = service_pb2.ModelInferResponse(
+        model_name=result.model, model_version=result.version, id=request.id or result.id
+    )
+    response.parameters["prediction_id"].string_param = result.id
+    response.parameters["feature_age_seconds"].double_param = result.feature_age_s
+    for output in mapping.answer(result, outputs):
+        response.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
+        response.raw_output_contents.append(to_raw(output.datatype, output.values))
+    return response
+
+
+def _tensor_metadata(tensors: tuple[mapping.TensorSpec, ...]) -> list[Any]:
+    TensorMetadata = service_pb2.ModelMetadataResponse.TensorMetadata  # a message class
+    return [TensorMetadata(name=t.name, datatype=t.datatype, shape=t.shape) for t in tensors]
+
+
+class OipServicer:
+    """The protocol's RPCs over one Service; errors raised here become statuses in ``_unary``."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def _auth(self, context: Context) -> None:
+        md = {k.lower(): v for k, v in context.invocation_metadata() or ()}
+        self.service.auth.check(md.get("x-api-key"), md.get("authorization"))
+
+    async def _spec(self, context: Context, name: str, version: str) -> ModelSpec:
+        self._auth(context)
+        spec = await self.service.predictor.spec(name)
+        mapping.check_version(spec, version)
+        return spec
+
+    async def ServerLive(self, request: Any, context: Context) -> Any:
+        return service_pb2.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: Any, context: Context) -> Any:
+        return service_pb2.ServerReadyResponse(ready=(await self.service.ready())["ready"] is True)
+
+    async def ServerMetadata(self, request: Any, context: Context) -> Any:
+        return service_pb2.ServerMetadataResponse(**mapping.server_metadata())
+
+    async def ModelReady(self, request: Any, context: Context) -> Any:
+        try:
+            await self._spec(context, request.name, request.version)
+        except ModelNotFound:  # Triton's answer for a model it does not have: not ready
+            return service_pb2.ModelReadyResponse(ready=False)
+        return service_pb2.ModelReadyResponse(ready=True)
+
+    async def ModelMetadata(self, request: Any, context: Context) -> Any:
+        spec = await self._spec(context, request.name, request.version)
+        return service_pb2.ModelMetadataResponse(
+            name=spec.name,
+            versions=[spec.version],
+            platform=mapping.SERVER,
+            inputs=_tensor_metadata(mapping.inputs(spec)),
+            outputs=_tensor_metadata(mapping.outputs(spec)),
+        )
+
+    async def ModelConfig(self, request: Any, context: Context) -> Any:
+        spec = await self._spec(context, request.name, request.version)
+        config = mapping.model_config(spec, self.service.settings.max_batch_rows)
+        return service_pb2.ModelConfigResponse(
+            config=json_format.ParseDict(config, model_config_pb2.ModelConfig())
+        )
+
+    async def ModelInfer(self, request: Any, context: Context) -> Any:
+        with metrics.request("oip_grpc_infer", self.service.models) as call:
+            call.model, call.status = request.model_name, "OK"
+            try:
+                spec = await self._spec(context, request.model_name, request.model_version)
+                wanted = mapping.wanted(spec, [o.name for o in request.outputs])
+                predict = mapping.to_request(spec, tensors(spec, request))
+                return infer_response(request, wanted, await self.service.predictor.predict(predict))
+            except GatewayError as exc:
+                call.status = exc.grpc_code.name
+                raise
+            except Exception:
+                call.status = "INTERNAL"
+                raise
+
+
+Method = Callable[[Any, Context], Awaitable[Any]]
+
+
+def _unary(method: Method, request_type: Any, response_type: Any) -> grpc.RpcMethodHandler:
+    """``method`` over raw bytes: decoded here, its GatewayError turned into the tree's status."""
+
+    async def call(raw: bytes, context: Context) -> Message:
+        try:
+            return await method(_decode(request_type, raw), context)
+        except GatewayError as exc:
+            metrics.count_error(exc.cause)
+            await context.abort(exc.grpc_code, f"{exc.field}: {exc.message}" if exc.field else exc.message)
+            raise  # unreachable: abort raises
+        except Exception:
+            log.exception("unexpected error in %s", getattr(method, "__name__", "an OIP call"))
+            metrics.count_error("internal")
+            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
+            raise
+
+    return grpc.unary_unary_rpc_method_handler(
+        call, request_deserializer=None, response_serializer=response_type.SerializeToString
+    )
+
+
+def handler(service: Service) -> grpc.GenericRpcHandler:
+    """The implemented RPCs of ``inference.GRPCInferenceService``, for ``add_generic_rpc_handlers``."""
+    servicer = OipServicer(service)
+    names = (
+        "ServerLive",
+        "ServerReady",
+        "ServerMetadata",
+        "ModelReady",
+        "ModelMetadata",
+        "ModelConfig",
+        "ModelInfer",
+    )
+    methods = {}
+    for name in names:
+        method = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name[name]
+        request_type = getattr(service_pb2, method.input_type.name)
+        response_type = getattr(service_pb2, method.output_type.name)
+        methods[name] = _unary(getattr(servicer, name), request_type, response_type)
+    return grpc.method_handlers_generic_handler(SERVICE, methods)
