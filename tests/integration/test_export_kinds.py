@@ -1,87 +1,77 @@
-"""Models beyond "a classifier with probabilities or a one-target regressor", exported through
-the real MLflow registry: outlier detectors, classifiers without ``predict_proba``, multi-target
-regressors, QuadraticDiscriminantAnalysis, an all-numeric DataFrame pipeline that picks its
-columns by name; each with the serving contract it writes and its parity. Then the estimators a
-converter or ONNX Runtime cannot serve are refused with one line naming them (never a
-traceback), and one Triton serves the new kinds as the native models answer."""
+"""The new model kinds (issue 19), from the registry to the gateway, on one model repository and
+one Triton: their setup is most of the cost, so one module builds them once (the models are
+trained by tests/kinds_stack.py).
+
+Exported through the real MLflow registry: outlier detectors, classifiers without
+``predict_proba``, multi-target regressors, QuadraticDiscriminantAnalysis, an all-numeric
+DataFrame pipeline that picks its columns by name (the ``kind-*`` models); each with the serving
+contract it writes and its parity. Then the estimators a converter or ONNX Runtime cannot serve
+are refused with one line naming them (never a traceback), and one Triton serves the new kinds as
+the native models answer.
+
+The same Triton serves three scikit-learn Pipelines (the ``fraud-*`` models) trained on the demo's
+Feast feature service ``fraud_v1`` (SQLite online store) point-in-time join, each logged with the
+run's ``feast.*`` tags and exported by the builder, with `gateway serve` in front. The kinds
+(docs/serving-contract.md):
+
+- an outlier detector (IsolationForest): ``kind`` ``outlier``; ``outlier``, ``label`` -1/1 and
+  ``score`` (the decision function);
+- a classifier without probabilities (LinearSVC, binary): ``label`` and ``scores`` (one signed
+  distance);
+- a two-target regressor (Ridge): ``value`` a list of two floats.
+
+Each gateway answer is checked against the native model on the same rows, assembled by the test
+from the online store the way the gateway assembles them (request fields + online features,
+numbers as float32 on the wire), over HTTP and over the gateway's gRPC API, with the gateway
+calling Triton through its HTTP client and through its gRPC client. Every prediction also carries
+its ``id`` (the request's id and its row; tests/gateway/test_gateway_shadow.py checks them).
+"""
 
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pandas as pd
 import pytest
+import requests
 
 from builder.errors import ConversionError
 from builder.export import ExportRequest, export_model
 from builder.runtime.server import TritonServer
+from gateway.proto import gateway_pb2, gateway_pb2_grpc, to_value
 from support import models, servers
+from tests.gateway.conftest import copy_feature_repo
+from tests.kinds_stack import (
+    FRAUD_MODELS,
+    LINSVC,
+    OUTLIER,
+    TWO_TARGETS,
+    FraudKinds,
+    fitted,
+    native_frame,
+    register,
+    register_fraud_models,
+    register_kind_models,
+)
 
 pytestmark = pytest.mark.integration
 
 
-def register(name: str, model: Any, X: pd.DataFrame, *, reference: bool = False) -> Any:
-    """Register ``model`` (fitted) as ``name@champion``; returns the model."""
-    models.register_fitted(name, model, X, reference=reference)
-    return model
-
-
-def fitted(make: Any) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return make()
-
-
-def typed_frame() -> pd.DataFrame:
-    X, _ = models.dataset()
-    return X.assign(hour=X.hour.astype("int64"), tx_last_24h=X.tx_last_24h.astype("int64"))
-
-
 @pytest.fixture(scope="module")
 def natives(mlflow_registry: str) -> dict[str, Any]:
-    from sklearn.compose import ColumnTransformer
-    from sklearn.discriminant_analysis import QuadraticDiscriminantAnalysis
-    from sklearn.ensemble import IsolationForest
-    from sklearn.linear_model import LinearRegression, LogisticRegression, MultiTaskLasso, RidgeClassifier
-    from sklearn.multioutput import MultiOutputRegressor
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-    from sklearn.svm import SVC, LinearSVC
-
-    X, y = models.dataset()
-    targets = np.c_[X.amount * 0.1 + y, X.merchant_risk - 0.001 * X.user_age_days]
-    three = np.digitize(X.merchant_risk, [0.33, 0.66])
-    made = {
-        "kind-iforest": fitted(lambda: IsolationForest(n_estimators=20, random_state=0).fit(X)),
-        "kind-linsvc": fitted(lambda: make_pipeline(StandardScaler(), LinearSVC()).fit(X, y)),
-        "kind-svc": fitted(lambda: make_pipeline(StandardScaler(), SVC()).fit(X, y)),
-        "kind-ridge3": fitted(lambda: make_pipeline(StandardScaler(), RidgeClassifier()).fit(X, three)),
-        "kind-mtlasso": fitted(lambda: MultiTaskLasso(alpha=0.01).fit(X, targets)),
-        "kind-multiout": fitted(lambda: MultiOutputRegressor(LinearRegression()).fit(X, targets)),
-        "kind-qda": fitted(lambda: QuadraticDiscriminantAnalysis().fit(X, three)),
-    }
-    for name, model in made.items():
-        register(name, model, X, reference=name in ("kind-iforest", "kind-linsvc", "kind-mtlasso"))
-    frame = typed_frame()
-    by_name = ColumnTransformer(
-        [
-            ("scaled", StandardScaler(), ["amount", "merchant_risk"]),
-            ("kept", "passthrough", ["hour", "tx_last_24h"]),
-        ]
-    )
-    made["kind-bycolumn"] = register(
-        "kind-bycolumn", fitted(lambda: make_pipeline(by_name, LogisticRegression()).fit(frame, y)), frame
-    )
-    return made
+    """The ``kind-*`` models, registered; name -> the fitted native model."""
+    return register_kind_models()
 
 
 @pytest.fixture(scope="module")
 def repo(natives: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The model repository, with the ``kind-*`` models exported (the ``triton`` fixture adds the
+    ``fraud-*`` ones before it starts the server)."""
     repo = tmp_path_factory.mktemp("kinds") / "model_repo"
     for name in natives:
         export_model(ExportRequest(f"models:/{name}@champion", repo))
@@ -244,9 +234,18 @@ def test_knn_imputer_exports_at_the_opset_its_hint_names(unservable: None, tmp_p
 
 
 @pytest.fixture(scope="module")
+def fraud(mlflow_registry: str, tmp_path_factory: pytest.TempPathFactory) -> FraudKinds:
+    """The ``fraud-*`` models, trained from a fresh copy of the Feast repo and registered."""
+    return register_fraud_models(copy_feature_repo(tmp_path_factory.mktemp("kinds-feast") / "feature_repo"))
+
+
+@pytest.fixture(scope="module")
 def triton(
-    repo: Path, triton_runtime: Any, tmp_path_factory: pytest.TempPathFactory
+    repo: Path, fraud: FraudKinds, triton_runtime: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TritonServer]:
+    """One Triton for the whole module: the ``kind-*`` and the ``fraud-*`` models."""
+    for name in FRAUD_MODELS:
+        export_model(ExportRequest(f"models:/{name}@champion", repo))
     log = tmp_path_factory.mktemp("kinds-triton") / "tritonserver.log"
     with servers.serving(repo, triton_runtime, log) as server:
         yield server
@@ -287,3 +286,132 @@ def test_triton_answers_the_new_kinds_like_the_native_models(
         np.testing.assert_array_equal(got["label"], clf.predict(frame).reshape(-1, 1))
         scores = np.asarray(clf.decision_function(frame)).reshape(16, -1)
         np.testing.assert_allclose(got["scores"], scores, atol=1e-4, rtol=1e-5)
+
+
+# -- served by the gateway -------------------------------------------------------------------
+
+# The gateway suite's rows, plus extreme request values an isolation forest isolates quickly.
+ROWS = [
+    {"user_id": 17, "merchant_id": 3, "amount": 42.5, "hour": 13, "channel": "web"},
+    {"user_id": 250, "merchant_id": 88, "amount": 980.0, "hour": 3, "channel": "app"},
+    {"user_id": 401, "merchant_id": 12, "amount": 12.0, "hour": 20, "channel": "pos"},
+    {"user_id": 33, "merchant_id": 41, "amount": 25000.0, "hour": 4, "channel": "kiosk"},
+    {"user_id": 120, "merchant_id": 7, "amount": 60.0, "hour": 11, "channel": "web"},
+]
+
+
+@pytest.fixture(scope="module", params=["http", "grpc"])
+def kinds_gateway(
+    request: pytest.FixtureRequest,
+    fraud: FraudKinds,
+    triton: TritonServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[servers.Gateway]:
+    """One gateway per Triton client (HTTP and gRPC decode the new outputs each their own way),
+    serving the ``fraud-*`` models of the module's Triton."""
+    url = f"http://{triton.http_url}" if request.param == "http" else f"grpc://{triton.grpc_url}"
+    env = {
+        "GATEWAY_TRITON_URL": url,
+        "GATEWAY_FEATURE_REPO": str(fraud.feature_repo),
+        "GATEWAY_MODELS": json.dumps(list(FRAUD_MODELS)),  # /readyz waits for all three
+    }
+    with servers.gateway_process(tmp_path_factory.mktemp("kinds-gw"), env) as gw:
+        yield gw
+
+
+def predict(gw: servers.Gateway, model: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    response = requests.post(f"{gw.url}/v1/models/{model}/predict", json={"rows": rows}, timeout=20)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["model"] == model and len(body["predictions"]) == len(rows)
+    return body
+
+
+def grpc_predict(gw: servers.Gateway, model: str, rows: list[dict[str, Any]]) -> gateway_pb2.PredictResponse:
+    with grpc.insecure_channel(gw.grpc) as channel:
+        request = gateway_pb2.PredictRequest(
+            model=model, rows=[gateway_pb2.Row(fields={k: to_value(v) for k, v in r.items()}) for r in rows]
+        )
+        return gateway_pb2_grpc.GatewayStub(channel).Predict(request, timeout=20)
+
+
+def test_an_outlier_detector_answers_the_native_label_and_decision_function(
+    fraud: FraudKinds, kinds_gateway: servers.Gateway
+):
+    body = predict(kinds_gateway, OUTLIER, ROWS)
+    assert body["kind"] == "outlier" and "classes" not in body
+    assert body["version"] == fraud.versions[OUTLIER]
+    native = fraud.models[OUTLIER]
+    frame = native_frame(fraud, ROWS)
+    want_scores, want_labels = native.decision_function(frame), native.predict(frame)
+    assert {-1, 1} == set(want_labels.tolist())  # the rows hold both answers
+    predictions = body["predictions"]
+    assert all(set(p) == {"outlier", "label", "score", "defaults_used", "id"} for p in predictions)
+    np.testing.assert_allclose([p["score"] for p in predictions], want_scores, atol=1e-4)
+    assert [p["label"] for p in predictions] == want_labels.tolist()
+    for p in predictions:
+        assert p["outlier"] is (p["label"] == -1)
+        assert p["outlier"] == (p["score"] < 0)
+    assert not any(p["defaults_used"] for p in predictions)
+
+    reply = grpc_predict(kinds_gateway, OUTLIER, ROWS)
+    assert reply.kind == "outlier" and not reply.classes
+    assert [p.outlier for p in reply.predictions] == [p["outlier"] for p in predictions]
+    assert [p.label for p in reply.predictions] == want_labels.tolist()
+    assert [p.score for p in reply.predictions] == pytest.approx([p["score"] for p in predictions], abs=1e-6)
+
+
+def test_a_classifier_without_probabilities_answers_the_native_label_and_scores(
+    fraud: FraudKinds, kinds_gateway: servers.Gateway
+):
+    body = predict(kinds_gateway, LINSVC, ROWS)
+    native = fraud.models[LINSVC]
+    assert body["kind"] == "binary" and body["classes"] == native.classes_.tolist() == [0, 1]
+    frame = native_frame(fraud, ROWS)
+    want_labels, want_scores = native.predict(frame), native.decision_function(frame)
+    assert set(want_labels.tolist()) == {0, 1}  # the rows hold both answers
+    predictions = body["predictions"]
+    assert all(set(p) == {"label", "scores", "defaults_used", "id"} for p in predictions)  # no probabilities
+    assert [p["label"] for p in predictions] == want_labels.tolist()
+    assert all(len(p["scores"]) == 1 for p in predictions)  # binary: one signed distance
+    np.testing.assert_allclose([p["scores"][0] for p in predictions], want_scores, atol=1e-4)
+    assert [p["label"] for p in predictions] == [int(p["scores"][0] > 0) for p in predictions]
+
+    reply = grpc_predict(kinds_gateway, LINSVC, ROWS)
+    assert reply.kind == "binary"
+    assert [c.int_value for c in reply.classes] == [0, 1]
+    assert [p.class_label.int_value for p in reply.predictions] == want_labels.tolist()
+    assert [list(p.scores) for p in reply.predictions] == [
+        pytest.approx(p["scores"], abs=1e-6) for p in predictions
+    ]
+    assert not any(p.probabilities for p in reply.predictions)
+
+
+def test_a_two_target_regressor_answers_a_list_of_two_native_values(
+    fraud: FraudKinds, kinds_gateway: servers.Gateway
+):
+    body = predict(kinds_gateway, TWO_TARGETS, ROWS)
+    assert body["kind"] == "regression" and "classes" not in body
+    want = fraud.models[TWO_TARGETS].predict(native_frame(fraud, ROWS))
+    assert want.shape == (len(ROWS), 2)
+    predictions = body["predictions"]
+    assert all(isinstance(p["value"], list) and len(p["value"]) == 2 for p in predictions)
+    np.testing.assert_allclose([p["value"] for p in predictions], want, rtol=1e-4, atol=1e-3)
+
+    reply = grpc_predict(kinds_gateway, TWO_TARGETS, ROWS)
+    assert reply.kind == "regression"
+    np.testing.assert_allclose([list(p.values) for p in reply.predictions], want, rtol=1e-4, atol=1e-3)
+
+
+def test_one_row_body_answers_the_same_as_in_a_batch(fraud: FraudKinds, kinds_gateway: servers.Gateway):
+    for model in FRAUD_MODELS:
+        response = requests.post(f"{kinds_gateway.url}/v1/models/{model}/predict", json=ROWS[3], timeout=20)
+        assert response.status_code == 200, response.text
+        (one,) = response.json()["predictions"]
+        (batched,) = [p for i, p in enumerate(predict(kinds_gateway, model, ROWS)["predictions"]) if i == 3]
+        assert one.keys() == batched.keys()
+        for key, value in one.items():
+            if key == "id":  # each request has its own
+                continue
+            # float32, batched or not: a few ulps apart (at 1250, one ulp is 1.2e-4)
+            assert value == pytest.approx(batched[key], rel=1e-6, abs=1e-5), (model, key)
