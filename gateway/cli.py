@@ -58,7 +58,7 @@ def _settings(**overrides: Any) -> Any:
         sys.exit(2)
     except SettingsError as exc:  # a GATEWAY_* value that must be JSON (a map) and is not
         field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else "?"
-        hint = "a JSON object, e.g. GATEWAY_SHADOW='{\"fraud-detector\": {\"share\": 0.5}}' (docs/gateway.md)"
+        hint = 'a JSON object, e.g. GATEWAY_SHADOW=\'{"fraud-detector": {"share": 0.5}}\' (docs/gateway.md)'
         raise refuse(f"setting {field}: GATEWAY_{field.upper()} is not valid JSON", hint, 2) from None
 
 

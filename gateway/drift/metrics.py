@@ -1,7 +1,9 @@
 """The drift metrics (docs/drift.md §2), computed at scrape time from the monitor's counts.
 
 Nothing is incremented on the request path: a scrape reads each version's running totals (the
-counters, which Prometheus sums across replicas) and its last hour (the gauges).
+counters, which Prometheus sums across replicas) and its last hour (the gauges). The reference's
+share per bin is exported too, so Prometheus can compute PSI from the counters summed across
+replicas (the chart's recording rules) instead of trusting any one replica's share of traffic.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ GAUGE_WINDOW = "1h"
 _GAUGE_WINDOW_S = 3600
 
 
-def _families() -> tuple[CounterMetricFamily, CounterMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+def _families() -> tuple[
+    CounterMetricFamily, CounterMetricFamily, GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily
+]:
     return (
         CounterMetricFamily(
             "gateway_drift_rows_total", "Rows counted for drift (after sampling)", labels=["model", "version"]
@@ -39,6 +43,11 @@ def _families() -> tuple[CounterMetricFamily, CounterMetricFamily, GaugeMetricFa
             "-1 not enough rows, 0 ok, 1 warn, 2 alert",
             labels=["model", "version", "feature", "window"],
         ),
+        GaugeMetricFamily(
+            "gateway_drift_reference_share",
+            "The reference's share of its non-null rows per bin (the null bin apart, as in PSI)",
+            labels=["model", "version", "feature", "bin"],
+        ),
     )
 
 
@@ -53,7 +62,7 @@ class DriftCollector(Collector):
         yield from _families()
 
     def collect(self) -> Iterator[Metric]:
-        rows, bins, psi, status = _families()
+        rows, bins, psi, status, reference = _families()
         for counts in self.monitor.versions():
             if counts.binner is None or counts.reference is None:
                 continue
@@ -68,7 +77,12 @@ class DriftCollector(Collector):
                 feature = PREDICTION if binned is counts.reference.prediction else binned.name
                 for i, label in enumerate(binned.labels()):
                     bins.add_metric([model, version, feature, label], int(total[offset + i]))
+                present = sum(binned.counts)
+                for label, count in zip(binned.labels(), binned.counts, strict=False):
+                    # the null bin (last label) has no count here: zip stops before it
+                    share = count / present if present else 0.0
+                    reference.add_metric([model, version, feature, label], share)
                 if drift.psi is not None:
                     psi.add_metric([model, version, feature, GAUGE_WINDOW], drift.psi)
                 status.add_metric([model, version, feature, GAUGE_WINDOW], STATUS[drift.verdict])
-        yield from (rows, bins, psi, status)
+        yield from (rows, bins, psi, status, reference)

@@ -212,15 +212,37 @@ def alerting_rules(release: Release) -> dict[str, dict[str, Any]]:
     assert problems == [], problems
     names = [g["name"] for g in rule["spec"]["groups"]]
     assert len(set(names)) == len(names), names  # the CRD's list-map key
-    found = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert sum(len(g["rules"]) for g in rule["spec"]["groups"]) == len(found)
+    rules = [r for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert all(("alert" in r) != ("record" in r) for r in rules), rules
+    found = {r["alert"]: r for r in rules if "alert" in r}
+    assert sum(1 for r in rules if "alert" in r) == len(found)
     return found
+
+
+def recording_rules(release: Release) -> dict[str, promql_parser.Expr]:
+    """The drift recording rules (record name -> parsed expr): each reads only metrics the stack
+    exports or rules recorded before it in its group, over the configured drift window."""
+    (rule,) = release.all("PrometheusRule")
+    window = promql_parser.parse_duration(release.values["monitoring"]["prometheusRule"]["drift"]["window"])
+    recorded: dict[str, promql_parser.Expr] = {}
+    for group in rule["spec"]["groups"]:
+        for r in group["rules"]:
+            if "record" not in r:
+                continue
+            expr = promql_parser.parse(r["expr"])
+            used = {sel.name for sel in selectors(expr) if sel.name}
+            assert used and unknown_metrics(used - set(recorded)) == set(), (r["record"], used)
+            assert ranges(expr) <= {window}, r["record"]
+            assert r["record"] not in recorded
+            recorded[r["record"]] = expr
+    return recorded
 
 
 def check_alerts(release: Release, values: dict[str, Any]) -> dict[str, promql_parser.Expr]:
     """Every alert the values enable, as configured; returns the parsed expressions."""
     config = values["monitoring"]["prometheusRule"]
     rules = alerting_rules(release)
+    recorded = set(recording_rules(release))
     enabled = {name for name, (key, _) in ALERTS.items() if config["alerts"][key]["enabled"]}
     assert set(rules) == enabled
     parsed = {}
@@ -230,7 +252,7 @@ def check_alerts(release: Release, values: dict[str, Any]) -> dict[str, promql_p
         assert ALERT_NAME.match(name)
         expr = parsed[name] = promql_parser.parse(rule["expr"])  # ValueError on bad syntax
         used = {s.name for s in selectors(expr) if s.name}
-        assert used and unknown_metrics(used) == set(), (name, used)
+        assert used and unknown_metrics(used - recorded) == set(), (name, used)
         assert comparisons(expr, ">") == [alert[threshold]], (name, rule["expr"])
         assert rule["for"] == alert["for"]
         assert rule["labels"] == {"severity": alert["severity"], **config["alertLabels"]}
@@ -246,8 +268,11 @@ def test_the_rule_has_every_alert_with_parsing_promql_on_this_releases_series(re
         assert release.all("PrometheusRule") == []
         return
     parsed = check_alerts(release, release.values)
-    # The drift alerts give a verdict only where the gateway has enough rows (status >= 0).
-    assert comparisons(parsed["TritonStackModelDrift"], ">=") == [0]
+    # The drift alerts give a verdict only where the replicas together counted enough rows.
+    drift = monitoring["prometheusRule"]["drift"]
+    assert comparisons(parsed["TritonStackModelDrift"], ">=") == [drift["minRows"]]
+    # The recording rules that sum the replicas' drift counters select this release's series too.
+    parsed = {**parsed, **recording_rules(release)}
     # Each selector names this release's namespace and a job a ServiceMonitor of the chart
     # produces: Prometheus Operator's job label is the scraped Service's name.
     scraped = {
@@ -276,6 +301,7 @@ def test_alert_values_change_the_rules(chart: Chart) -> None:
                 "runbookBaseUrl": "https://runbooks.example.com/triton-stack",
                 "selectors": {"gateway": 'app="fraud-gateway"', "triton": 'cluster="eu-1", app="triton"'},
                 "rateWindow": "2m",
+                "drift": {"window": "2h", "minRows": 2000},
                 "alerts": {
                     "modelDrift": {"psi": 0.35, "for": "2h", "severity": "critical"},
                     "modelDriftWarning": {"enabled": False},
@@ -289,6 +315,10 @@ def test_alert_values_change_the_rules(chart: Chart) -> None:
     release = render(chart, "custom-alerts", overrides)
     parsed = check_alerts(release, release.values)
     assert "TritonStackModelDriftWarning" not in parsed
+    assert comparisons(parsed["TritonStackModelDrift"], ">=") == [2000]
+    recorded = recording_rules(release)
+    assert "triton_stack:gateway_drift_psi:2h" in recorded
+    assert set().union(*(ranges(e) for e in recorded.values())) == {timedelta(hours=2)}
     rules = alerting_rules(release)
     for name, expr in parsed.items():
         for selector in selectors(expr):
@@ -336,8 +366,9 @@ _GRAFANA_BUILTIN = re.compile(r"\$\{?__\w+\}?")  # $__rate_interval, $__interval
 _GRAFANA_VARIABLE = re.compile(r"\$\{?(\w+)")
 
 
-def check_dashboard(dashboard: dict[str, Any]) -> set[str]:
-    """Assert what Grafana needs of each panel; returns the metric names the panels read."""
+def check_dashboard(dashboard: dict[str, Any], recorded: set[str]) -> set[str]:
+    """Assert what Grafana needs of each panel; returns the metric names the panels read, which
+    are exported metrics or series the chart's own recording rules (`recorded`) write."""
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
@@ -360,7 +391,7 @@ def check_dashboard(dashboard: dict[str, Any]) -> set[str]:
             # Grafana substitutes its interval variables before Prometheus sees the query.
             parsed = promql_parser.parse(_GRAFANA_BUILTIN.sub("5m", expr))
             names = {s.name for s in selectors(parsed) if s.name}
-            assert names and unknown_metrics(names) == set(), (panel["title"], names)
+            assert names and unknown_metrics(names - recorded) == set(), (panel["title"], names)
             read |= names
     return read
 
@@ -380,7 +411,10 @@ def test_the_dashboard_reaches_the_sidecar_with_valid_panels(release: Release) -
         assert release.all("ConfigMap", "monitoring") == []
         return
     dashboard = dashboard_of(release)
-    read = check_dashboard(dashboard)
+    # without the PrometheusRule, the all-replica drift series are simply absent (panel B empty)
+    rules_on = release.values["monitoring"]["prometheusRule"]["enabled"]
+    recorded = set(recording_rules(release)) if rules_on else {"triton_stack:gateway_drift_psi:1h"}
+    read = check_dashboard(dashboard, recorded)
     assert read >= DASHBOARD_READS, DASHBOARD_READS - read
     assert len(dashboard["uid"]) <= 40  # Grafana's limit
 

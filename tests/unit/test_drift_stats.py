@@ -377,6 +377,12 @@ def test_metrics_are_named_as_docs_drift_md_says():
     status = {x.labels["feature"]: x.value for x in families["gateway_drift_status"].samples}
     assert status["amount"] == 2 and status["channel"] == 0 and "__prediction__" in status
     assert {x.labels["window"] for x in families["gateway_drift_psi"].samples} == {"1h"}
+    # the reference's shares per non-null bin, what the chart's recording rules compute PSI against
+    shares = [
+        x for x in families["gateway_drift_reference_share"].samples if x.labels["feature"] == "channel"
+    ]
+    assert {x.labels["bin"] for x in shares} == {"0", "1", "2", "other"}
+    assert sum(x.value for x in shares) == pytest.approx(1.0)
     with pytest.raises(ValueError):  # a second collector of the same names is refused
         registry.register(DriftCollector(monitor))
 
