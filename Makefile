@@ -1,5 +1,8 @@
 # Front door: `make demo` and `make test` each set everything up from a fresh clone, then run.
-# Setup is idempotent and cached: the venv is rebuilt only when the lock file changes, and the
+# `make demo` installs the core (requirements/core.lock: the demo and the CLIs, no flavor extra,
+# no test tools), `make test` the full set (requirements/project.lock: the core's pins plus every
+# extra) into the same venv, so `make demo` then `make test` only adds what the tests need.
+# Setup is idempotent and cached: the venv is rebuilt only when a lock file changes, and the
 # embedded Triton runtime only when its pins change (`builder runtime install` checks a stamp).
 
 PYTHON ?= python3
@@ -8,6 +11,8 @@ BIN := $(VENV)/bin
 # The venv stamp carries the lock's hash, so editing the lock rebuilds the environment.
 LOCK_HASH := $(shell sha256sum requirements/project.lock pyproject.toml | sha256sum | cut -c1-12)
 VENV_STAMP := $(VENV)/.installed-$(LOCK_HASH)
+CORE_HASH := $(shell sha256sum requirements/core.lock pyproject.toml | sha256sum | cut -c1-12)
+CORE_STAMP := $(VENV)/.core-$(CORE_HASH)
 export BUILDER_RUNTIME_DIR ?= $(CURDIR)/.runtime
 PYTEST_ARGS ?=
 # Two workers, one per core: a test file runs whole in one worker (tests/conftest.py says why
@@ -15,7 +20,7 @@ PYTEST_ARGS ?=
 # two of them cut the wall time. PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup venv runtime redis wrk chromium test demo bench gpu-check lint image clean help
+.PHONY: setup setup-demo venv venv-core runtime redis wrk chromium prometheus perf-analyzer test demo bench gpu-check lint image image-check clean help
 
 help:
 	@echo "make demo   - set up, then train -> register -> export -> serve -> predict -> gate -> drift"
@@ -24,10 +29,16 @@ help:
 	@echo "make gpu-check - on a GPU machine: install the gpu extra, run the gpu tests and bench (d)"
 	@echo "make lint   - ruff and mypy"
 	@echo "make image  - docker build the gateway image the Helm chart deploys (triton-stack/gateway:VERSION)"
+	@echo "make image-check - build the image with buildah and run it against a real Triton + Feast store"
 
 setup: venv runtime redis
 
+# The demo's feature store is SQLite: it needs no redis-server.
+setup-demo: venv-core runtime
+
 venv: $(VENV_STAMP)
+
+venv-core: $(CORE_STAMP)
 
 $(VENV_STAMP): requirements/project.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), "Python 3.11+ is required"'
@@ -35,10 +46,25 @@ $(VENV_STAMP): requirements/project.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
 	$(BIN)/python -m pip install --quiet -r requirements/project.lock
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
-	rm -f $(VENV)/.installed-*
+	rm -f $(VENV)/.installed-* $(VENV)/.core-*
+	touch $@ $(CORE_STAMP)
+
+# project.lock holds core.lock with the same pins, so where the full set is installed the core
+# is too; `make test` installs the full set first (setup's order), then finds the core done.
+# The editable install is built here (--no-build-isolation) and needs setuptools >= 70.1, whose
+# bdist_wheel is built in (the venv's own is older); in the full set torch and grpcio-tools
+# bring it. 84.2.1 is the version the full set resolves.
+$(CORE_STAMP): requirements/core.lock pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), "Python 3.11+ is required"'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	if [ ! -f $(VENV_STAMP) ]; then \
+	  $(BIN)/python -m pip install --quiet --upgrade "pip==25.3" "setuptools==84.2.1" && \
+	  $(BIN)/python -m pip install --quiet -r requirements/core.lock && \
+	  $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . ; fi
+	rm -f $(VENV)/.core-*
 	touch $@
 
-runtime: venv
+runtime: venv-core
 	$(BIN)/builder runtime install
 
 # The Feast Redis profile is tested against a real redis-server (Debian package redis-server).
@@ -60,10 +86,26 @@ chromium:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
 	  else echo "chromium is missing: sudo apt-get install chromium (Debian/Ubuntu)" >&2; exit 1; fi; }
 
-test: setup chromium lint
+# The chart's alerts and recording rules are checked and unit-tested with promtool, and the
+# dashboard's queries run against a real Prometheus (Debian package prometheus; its service is
+# not started: the tests start their own on a free port).
+prometheus:
+	@command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; \
+	  else echo "prometheus is missing: sudo apt-get install prometheus (Debian/Ubuntu)" >&2; exit 1; fi; }
+
+# perf_analyzer drives the gateway's Open Inference Protocol in the tests: the binary from the
+# tritonclient 2.41 wheel, with Debian's libb64-0d (support/perf_analyzer.py says why).
+perf-analyzer: runtime
+	@dpkg -s libb64-0d >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq libb64-0d >/dev/null; \
+	  else echo "libb64-0d is missing: sudo apt-get install libb64-0d (Debian/Ubuntu)" >&2; exit 1; fi; }
+	@$(BIN)/python -m support.perf_analyzer >/dev/null
+
+test: setup chromium prometheus perf-analyzer lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-demo: setup
+demo: setup-demo
 	$(BIN)/python demo/run_demo.py
 
 bench: setup wrk
@@ -83,11 +125,25 @@ lint: venv
 	$(BIN)/mypy
 
 # The gateway image; its tag is the chart's appVersion, which is what the chart pulls by default.
+# With no Docker engine answering (and DOCKER not set on the command line), buildah builds it:
+# support/image_check.py picks the base (the registry's, else a Debian one made with mmdebstrap).
 DOCKER ?= docker
 VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}.*/\1/p' helm/triton-stack/Chart.yaml)
 image:
-	@command -v $(DOCKER) >/dev/null 2>&1 || { echo "make image: $(DOCKER) not found on PATH: install Docker (or set DOCKER=podman)" >&2; exit 1; }
-	$(DOCKER) build -t triton-stack/gateway:$(VERSION) .
+	@if [ "$(origin DOCKER)" = file ] && ! $(DOCKER) info >/dev/null 2>&1 && command -v buildah >/dev/null 2>&1; then \
+	  echo "make image: no Docker engine answers; building with buildah" >&2; \
+	  $(PYTHON) -m support.image_check build --tag triton-stack/gateway:$(VERSION); \
+	else \
+	  command -v $(DOCKER) >/dev/null 2>&1 || { echo "make image: $(DOCKER) not found on PATH: install Docker (or set DOCKER=podman), or buildah" >&2; exit 1; }; \
+	  $(DOCKER) build -t triton-stack/gateway:$(VERSION) .; \
+	fi
+
+# Build the image with buildah (no daemon) and run its own entrypoint against a real Triton and
+# Feast store started here: /readyz, the same prediction as the source tree's gateway, uid 10001,
+# the HEALTHCHECK, no compiler or pip cache, size under 1.5 GB. Installs buildah and mmdebstrap
+# (Debian packages) when root. docs/release.md, "The gateway image", has the timings.
+image-check: setup
+	$(BIN)/python -m support.image_check check --tag triton-stack/gateway:$(VERSION)
 
 clean:
 	rm -rf $(VENV) .runtime .demo

@@ -44,6 +44,21 @@ class ConversionError(BuilderError):
     exit_code = 4
 
 
+class MissingExtraError(ConversionError):
+    """A flavor's libraries are not installed: the error names the project extra that brings
+    them (pyproject.toml's optional dependencies), so the refusal says what to install."""
+
+    def __init__(self, flavor: str, extra: str, missing: str, packages: tuple[str, ...]) -> None:
+        super().__init__(
+            f"the {flavor} flavor needs the {extra} extra, which is not installed ({missing})",
+            hint=f"install the {extra} extra ({', '.join(packages)}) with the lock's versions, in the "
+            f"project's checkout: pip install -c requirements/project.lock -e '.[{extra}]' "
+            "(`make test` installs every extra)",
+        )
+        self.flavor = flavor
+        self.extra = extra
+
+
 class ParityError(BuilderError):
     """The converted model does not reproduce the original's outputs within tolerance."""
 

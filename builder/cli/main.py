@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from typer._click import exceptions as click  # Typer 0.29 vendors Click: its own exception classes
 
 from builder.errors import BuilderError, UsageError
@@ -35,11 +36,12 @@ err_console = Console(stderr=True, highlight=False)
 
 def report_error(exc: BuilderError) -> None:
     """Print a BuilderError the way every command does: one line, then the hint."""
-    err_console.print(f"[bold red]error:[/] {exc.message}", soft_wrap=True)
+    # escaped: a message or hint is text, and `[N, 2]` or `.[boosting]` in it is no style tag
+    err_console.print(f"[bold red]error:[/] {escape(exc.message)}", soft_wrap=True)
     for problem in getattr(exc, "problems", []) or []:
-        err_console.print(f"  - {problem}", soft_wrap=True)
+        err_console.print(f"  - {escape(str(problem))}", soft_wrap=True)
     if exc.hint:
-        err_console.print(f"[dim]hint:[/] {exc.hint}", soft_wrap=True)
+        err_console.print(f"[dim]hint:[/] {escape(exc.hint)}", soft_wrap=True)
 
 
 def _register_commands() -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from builder.convert.base import DEFAULT_OPSET, FlavorConverter
+from builder.convert.extras import require_extra
 from builder.errors import ConversionError
 
 
 def converter_for(flavor: str, *, output_names: list[str] | None = None) -> FlavorConverter:
-    """The converter of ``flavor``; imports only that flavor's libraries."""
+    """The converter of ``flavor``; imports only that flavor's libraries, and refuses a flavor
+    whose extra is not installed (MissingExtraError, naming the extra)."""
+    require_extra(flavor)
     if flavor == "sklearn":
         from builder.convert.sklearn import SklearnConverter
 
