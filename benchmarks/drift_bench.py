@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import report
-from benchmarks.gateway_loadgen import Target, Traffic, Window, measure
+from benchmarks.gateway_loadgen import Target, Traffic, on_off
 from support.load import Plan
 
 AIM = {"concurrency": 16, "throughput_ratio": 0.95, "p50_added_ms": 0.2}
@@ -73,12 +73,8 @@ def compare(
 ) -> dict[str, Any]:
     """Gateway HTTP with drift counting on vs off at the aim's concurrency, and the verdict."""
     c = AIM["concurrency"]
-    windows: dict[str, list[Window]] = {"on": [], "off": []}
-    for name in ("on", "off", "off", "on"):
-        say(f"gateway: drift {name}, HTTP at concurrency {c}, {seconds / 2:g} s")
-        target = on if name == "on" else off
-        plan = Plan(int(c), warmup_s, seconds / 2)
-        windows[name].append(pool.submit(measure, "http", target, traffic, plan).result())
+    plan = Plan(int(c), warmup_s, seconds / 2)
+    windows = on_off(pool, (on, off), traffic, plan, lambda line: say(f"gateway: drift {line}"))
     points = {}
     for name, ws in windows.items():
         latencies = np.concatenate([w.latencies_ns for w in ws])

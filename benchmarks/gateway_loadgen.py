@@ -202,3 +202,17 @@ async def _measure(mode: str, target: Target, traffic: Traffic, plan: Plan) -> W
         machine_cpu_s=machine_cpu,
         metrics=metrics,
     )
+
+
+def on_off(
+    pool: Any, targets: tuple[Target, Target], traffic: Traffic, plan: Plan, say: Callable[[str], None]
+) -> dict[str, list[Window]]:
+    """A setting's two gateways (``targets``: on, off) driven over HTTP by ``plan``'s clients,
+    alternated on off off on so drift in the machine's load hits both alike; each window is
+    ``plan.seconds`` long, run in ``pool``'s client process."""
+    windows: dict[str, list[Window]] = {"on": [], "off": []}
+    for name in ("on", "off", "off", "on"):
+        say(f"{name}, HTTP at concurrency {plan.concurrency}, {plan.seconds:g} s")
+        target = targets[0] if name == "on" else targets[1]
+        windows[name].append(pool.submit(measure, "http", target, traffic, plan).result())
+    return windows

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks import report
-from benchmarks.gateway_loadgen import Target, Traffic, Window, measure
+from benchmarks.gateway_loadgen import Target, Traffic, Window, on_off
 from support.load import Plan
 
 AIM = {"concurrency": 16, "throughput_ratio": 0.95}
@@ -43,13 +43,8 @@ def compare(
 ) -> dict[str, Any]:
     """Gateway HTTP with a 100 % shadow (``targets[0]``) vs none (``targets[1]``), and the verdict."""
     c = AIM["concurrency"]
-    windows: dict[str, list[Window]] = {"on": [], "off": []}
-    for name in ("on", "off", "off", "on"):
-        say(f"gateway: shadow {name}, HTTP at concurrency {c}, {seconds / 2:g} s")
-        target = targets[0] if name == "on" else targets[1]
-        windows[name].append(
-            pool.submit(measure, "http", target, traffic, Plan(int(c), warmup_s, seconds / 2)).result()
-        )
+    plan = Plan(int(c), warmup_s, seconds / 2)
+    windows = on_off(pool, targets, traffic, plan, lambda line: say(f"gateway: shadow {line}"))
     points = {name: _point(ws) for name, ws in windows.items()}
     ratio = points["on"]["throughput_per_s"] / points["off"]["throughput_per_s"]
     shadow = _shadow_report(targets[0])

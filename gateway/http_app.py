@@ -176,18 +176,7 @@ class PredictRoute:
             call.model = model
             status, body, headers = await self._answer(model, scope, receive)
             call.status = str(status)
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        *headers,
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await send_json(send, status, body, headers)
 
     async def _answer(self, model: str, scope: Scope, receive: Receive) -> tuple[int, bytes, list[Any]]:
         try:
@@ -220,6 +209,13 @@ class PredictRoute:
                 return bytes(body)
 
 
+async def send_json(send: Send, status: int, body: bytes, headers: list[Any]) -> None:
+    """A whole JSON answer on the ASGI ``send``: the bare routes' one response shape."""
+    start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send({"type": "http.response.body", "body": body})
+
+
 def _text(value: bytes | None) -> str | None:
     return None if value is None else value.decode("latin-1")
 
@@ -238,18 +234,7 @@ class OipInferRoute(PredictRoute):
             call.model = target[0]
             status, body, headers = await self._infer(target, scope, receive)
             call.status = str(status)
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        *headers,
-                    ],
-                }
-            )
-            await send({"type": "http.response.body", "body": body})
+            await send_json(send, status, body, headers)
 
     async def _infer(
         self, target: tuple[str, str], scope: Scope, receive: Receive
