@@ -37,6 +37,15 @@ drift_app = typer.Typer(
 )
 
 EXIT_ALERT = 3
+
+# The options of every command that reads a running gateway's reports (drift, shadow).
+UrlOpt = Annotated[str, typer.Option(help="The gateway's HTTP address")]
+ModelsOpt = Annotated[list[str] | None, typer.Option("--model", help="Model(s) to report [GATEWAY_MODELS]")]
+WindowOpt = Annotated[str, typer.Option(help="How far back: 5m, 1h, 24h (1m to 24h)")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the reports as JSON")]
+ApiKeyOpt = Annotated[
+    str | None, typer.Option(envvar="GATEWAY_API_KEY", help="Key for a gateway with auth on")
+]
 _STYLE = {"alert": "bold red", "warn": "yellow", "ok": "green", "insufficient": "dim", "off": "dim"}
 
 
@@ -121,15 +130,11 @@ def exit_code(reports: list[dict[str, Any]]) -> int:
 @drift_app.callback()
 def drift(
     ctx: typer.Context,
-    url: Annotated[str, typer.Option(help="The gateway's HTTP address")] = "http://127.0.0.1:8080",
-    model: Annotated[
-        list[str] | None, typer.Option("--model", help="Model(s) to report [GATEWAY_MODELS]")
-    ] = None,
-    window: Annotated[str, typer.Option(help="How far back: 5m, 1h, 24h (1m to 24h)")] = "1h",
-    json_output: Annotated[bool, typer.Option("--json", help="Print the reports as JSON")] = False,
-    api_key: Annotated[
-        str | None, typer.Option(envvar="GATEWAY_API_KEY", help="Key for a gateway with auth on")
-    ] = None,
+    url: UrlOpt = "http://127.0.0.1:8080",
+    model: ModelsOpt = None,
+    window: WindowOpt = "1h",
+    json_output: JsonOpt = False,
+    api_key: ApiKeyOpt = None,
 ) -> None:
     """Each model's drift, window vs training reference: exit 0 no alert, 3 alert, 1 unreachable
     or refused, 2 usage."""

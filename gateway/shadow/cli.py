@@ -14,13 +14,22 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from gateway.drift.cli import Refused, default_models, fetch_report
+from gateway.drift.cli import (
+    ApiKeyOpt,
+    JsonOpt,
+    ModelsOpt,
+    Refused,
+    UrlOpt,
+    WindowOpt,
+    default_models,
+    fetch_report,
+)
 from gateway.refusal import refuse
 
 EXIT_CHALLENGER_FAILED = 3
@@ -67,15 +76,11 @@ def table(report: dict[str, Any]) -> Table:
 
 
 def shadow(
-    url: Annotated[str, typer.Option(help="The gateway's HTTP address")] = "http://127.0.0.1:8080",
-    model: Annotated[
-        list[str] | None, typer.Option("--model", help="Model(s) to report [GATEWAY_MODELS]")
-    ] = None,
-    window: Annotated[str, typer.Option(help="How far back: 5m, 1h, 24h (1m to 24h)")] = "1h",
-    json_output: Annotated[bool, typer.Option("--json", help="Print the reports as JSON")] = False,
-    api_key: Annotated[
-        str | None, typer.Option(envvar="GATEWAY_API_KEY", help="Key for a gateway with auth on")
-    ] = None,
+    url: UrlOpt = "http://127.0.0.1:8080",
+    model: ModelsOpt = None,
+    window: WindowOpt = "1h",
+    json_output: JsonOpt = False,
+    api_key: ApiKeyOpt = None,
 ) -> None:
     """Champion vs challenger on live traffic: exit 0 read, 3 the challenger failed on some
     rows, 1 unreachable or refused, 2 usage."""
