@@ -95,6 +95,16 @@ def _report_error(
         sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
 
 
+# The evidence options `gate` and `evidence` share.
+ShadowFileOpt = Annotated[Path | None, typer.Option(help="Shadow evidence file (`gateway shadow --json`)")]
+QualityFileOpt = Annotated[
+    Path | None, typer.Option(help="Quality evidence file (`gateway quality report --json`)")
+]
+ChallengerOpt = Annotated[
+    str | None, typer.Option(help="Fail unless the evidence is about this challenger version")
+]
+
+
 @app.command("gate", epilog=EXIT_CODE_HELP)
 def gate(
     target: Annotated[
@@ -146,15 +156,9 @@ def gate(
         str | None,
         typer.Option(help="Gateway URL for the SLA file's promotion evidence (shadow, quality)"),
     ] = None,
-    shadow: Annotated[
-        Path | None, typer.Option(help="Shadow evidence file (`gateway shadow --json`)")
-    ] = None,
-    quality: Annotated[
-        Path | None, typer.Option(help="Quality evidence file (`gateway quality report --json`)")
-    ] = None,
-    challenger_version: Annotated[
-        str | None, typer.Option(help="Fail unless the evidence is about this challenger version")
-    ] = None,
+    shadow: ShadowFileOpt = None,
+    quality: QualityFileOpt = None,
+    challenger_version: ChallengerOpt = None,
     api_key_env: Annotated[
         str, typer.Option(help="Environment variable holding the gateway's API key (for --gateway)")
     ] = API_KEY_ENV,
@@ -253,12 +257,8 @@ def evidence(
     gateway: Annotated[
         str | None, typer.Option(help="Gateway URL: fetch /v1/models/{model}/shadow and /quality")
     ] = None,
-    shadow: Annotated[
-        Path | None, typer.Option(help="Shadow evidence file (`gateway shadow --json`)")
-    ] = None,
-    quality: Annotated[
-        Path | None, typer.Option(help="Quality evidence file (`gateway quality report --json`)")
-    ] = None,
+    shadow: ShadowFileOpt = None,
+    quality: QualityFileOpt = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -271,9 +271,7 @@ def evidence(
             help="Evidence window, e.g. 30m, 1h, 1d [default: the criteria's window:]", show_default=False
         ),
     ] = None,
-    challenger_version: Annotated[
-        str | None, typer.Option(help="Fail unless the evidence is about this challenger version")
-    ] = None,
+    challenger_version: ChallengerOpt = None,
     api_key_env: Annotated[
         str, typer.Option(help="Environment variable holding the gateway's API key (sent as x-api-key)")
     ] = API_KEY_ENV,
