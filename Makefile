@@ -20,7 +20,7 @@ PYTEST_ARGS ?=
 # two of them cut the wall time. PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup setup-demo venv venv-core runtime redis wrk chromium prometheus perf-analyzer test demo bench gpu-check lint image image-check clean help
+.PHONY: setup setup-demo venv venv-core runtime redis wrk haproxy chromium prometheus perf-analyzer test demo bench gpu-check lint image image-check clean help
 
 help:
 	@echo "make demo   - set up, then train -> register -> export -> serve -> predict -> gate -> drift"
@@ -79,6 +79,14 @@ wrk:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq wrk >/dev/null; \
 	  else echo "wrk is missing: sudo apt-get install wrk (Debian/Ubuntu) or brew install wrk" >&2; exit 1; fi; }
 
+# Several gateway processes are tested behind one address through a real load balancer, as a
+# Kubernetes Service spreads requests over replicas (support/balancer.py; Debian package haproxy;
+# its service is not started: the tests start their own on a free port).
+haproxy:
+	@command -v haproxy >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; \
+	  else echo "haproxy is missing: sudo apt-get install haproxy (Debian/Ubuntu) or brew install haproxy" >&2; exit 1; fi; }
+
 # The HTML reports (drift, quality) are opened in a real headless browser by the tests
 # (Debian package chromium).
 chromium:
@@ -102,13 +110,13 @@ perf-analyzer: runtime
 	  else echo "libb64-0d is missing: sudo apt-get install libb64-0d (Debian/Ubuntu)" >&2; exit 1; fi; }
 	@$(BIN)/python -m support.perf_analyzer >/dev/null
 
-test: setup chromium prometheus perf-analyzer lint
+test: setup chromium prometheus perf-analyzer haproxy lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 demo: setup-demo
 	$(BIN)/python demo/run_demo.py
 
-bench: setup wrk
+bench: setup wrk haproxy
 	$(BIN)/python benchmarks/run.py
 
 # On a machine with an NVIDIA GPU and a route to https://pypi.nvidia.com (TensorRT's libraries
