@@ -19,7 +19,6 @@ order.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from gateway.request import EntityRow, RequestValues
+from gateway.request_ids import new_request_id
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Pending:
     request_values: list[RequestValues]
     future: asyncio.Future[Any] = field(repr=False)
     # Returned with the answer and logged: feedback (labels) names a prediction by it.
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    request_id: str = field(default_factory=new_request_id)
 
     @property
     def rows(self) -> int:

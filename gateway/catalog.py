@@ -116,6 +116,9 @@ class ModelSpec:
     # ``builder export --keep-serving``): a challenger loaded beside it is Triton's newest, which
     # a call naming no version would get. "": the call names none (Triton's newest).
     pinned_version: str = ""
+    # Set on the spec a model is served through while it is switched to its fallback
+    # (gateway/fallback/): the model that answers instead ("" : the spec's own model answers).
+    answered_by: str = ""
 
     # Derived views, computed once per spec: they are read for every row on the hot path.
     @cached_property

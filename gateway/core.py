@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import functools
 import time
+from typing import Protocol
 
 import numpy as np
 
@@ -48,6 +49,12 @@ from gateway.triton import Triton
 __all__ = ["PredictResult", "Predictor", "assemble_input"]
 
 
+class Fallback(Protocol):
+    """The spec a model's requests are served with (gateway/fallback/switch.py)."""
+
+    async def serving(self, spec: ModelSpec) -> ModelSpec: ...
+
+
 class Predictor:
     """Resolves models once (cached ModelSpec) and serves predictions."""
 
@@ -62,6 +69,7 @@ class Predictor:
         self.triton = triton
         self.features = features
         self.observers = observers  # told about every served batch (gateway/observe.py)
+        self.fallback: Fallback | None = None  # the CRITICAL switch (gateway/fallback/), if configured
         self._specs: dict[str, tuple[ModelSpec, float]] = {}
         self._batchers: dict[ModelSpec, Batcher] = {}
         self._lock = asyncio.Lock()
@@ -110,6 +118,8 @@ class Predictor:
                 f"{len(request.rows)} rows exceed the limit of {self.settings.max_batch_rows} per request"
             )
         spec = await self.spec(request.model)
+        if self.fallback is not None:
+            spec = await self.fallback.serving(spec)
         entity_rows, request_values = validate(spec, request)
         batcher = self._batchers.get(spec)
         if batcher is None:

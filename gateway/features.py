@@ -253,6 +253,13 @@ class OnlineFeatures:
         if hasattr(client, "set_retry"):  # redis-py's Redis and RedisCluster
             client.set_retry(Retry(NoBackoff(), 1))
 
+    def redis_connection(self) -> str | None:
+        """The Redis profile's connection string as the store was opened with it (Feast's form,
+        ``host:port[,password=...]``); None for another online store."""
+        if self.profile != "redis":
+            return None
+        return str(self._store.config.online_store.connection_string)
+
     async def _reachable(self) -> bool:
         """Redis answers a PING within 0.25 s. Any answer counts (a PONG, a NOAUTH error, a TLS
         port closing on plain text): a connect alone does not, as the kernel accepts it for a
@@ -260,7 +267,7 @@ class OnlineFeatures:
         if self.profile != "redis":
             return True
         # the address the store itself was opened with (GATEWAY_REDIS_URL, else the environment's)
-        address = str(self._store.config.online_store.connection_string).split(",")[0]
+        address = str(self.redis_connection()).split(",")[0]
         host, _, port = address.rpartition(":")
 
         async def ping() -> None:

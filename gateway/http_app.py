@@ -18,7 +18,6 @@ and are refused by the column check (a 422 naming the field, gateway/values.py).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -302,6 +301,15 @@ def _error_response(exc: GatewayError) -> Response:
     return Response(body, status, named, media_type="application/json")
 
 
+def _fallback_command(body: Any) -> tuple[str, str]:
+    if not isinstance(body, dict) or body.get("action") not in ("reset", "engage"):
+        raise BadRequest('the body must be {"action": "reset" | "engage", "reason": "..."}')
+    reason = body.get("reason", "")
+    if not isinstance(reason, str) or set(body) - {"action", "reason"}:
+        raise BadRequest('the body must be {"action": "reset" | "engage", "reason": "..."}')
+    return str(body["action"]), reason[:500]
+
+
 def create_app(service: Service) -> ASGIApp:
     """The HTTP app over an opened Service. The app does not close it: whoever opened it does,
     once both servers have stopped (gateway/lifecycle.py)."""
@@ -340,7 +348,7 @@ def create_app(service: Service) -> ASGIApp:
             window_seconds(window)  # a bad window is a 400 before any lookup
             spec = await service.predictor.spec(model)
             report = (
-                service.shadow.report(spec, window)
+                await service.shadow.report(spec, window)
                 if service.shadow is not None
                 else shadow_off(spec.name, window, "shadow traffic is off (GATEWAY_SHADOW is empty)")
             )
@@ -350,13 +358,13 @@ def create_app(service: Service) -> ASGIApp:
 
     @app.post("/v1/models/{model}/feedback")
     async def feedback(model: str, request: Request) -> Response:
-        # labels for predictions this process answered, by the ids it returned (docs/quality.md)
+        # labels for predictions any replica answered, by the ids it returned (docs/quality.md)
         try:
             service.auth.check(request.headers.get("x-api-key"), request.headers.get("authorization"))
             body = parse_json(await _bounded_body(request, service.settings.max_body_bytes))
             items = parse_feedback(body)
             spec = await service.predictor.spec(model)
-            result = service.quality_monitor().feedback(spec, items)
+            result = await service.quality_monitor().feedback(spec, items)
         except GatewayError as exc:
             return _error_response(exc)
         return Response(to_json(result.to_dict()), media_type="application/json")
@@ -367,11 +375,35 @@ def create_app(service: Service) -> ASGIApp:
             service.auth.check(request.headers.get("x-api-key"), request.headers.get("authorization"))
             window_seconds(window)  # a bad window is a 400 before any lookup
             spec = await service.predictor.spec(model)
-            # ~75 ms per version at 50,000 labels: computed off the event loop
-            report = await asyncio.to_thread(service.quality_monitor().report, spec, window)
+            # read from the shared store; the metrics are computed off the event loop
+            report = await service.quality_monitor().report(spec, window)
         except GatewayError as exc:
             return _error_response(exc)
         return Response(to_json(report.to_dict()), media_type="application/json")
+
+    @app.get("/v1/models/{model}/fallback")
+    async def fallback_status(model: str, request: Request) -> Response:
+        # the shared decision, the rule and the champion's judged figure (docs/quality.md)
+        try:
+            service.auth.check(request.headers.get("x-api-key"), request.headers.get("authorization"))
+            body = await service.fallback_switch(model).status(model)
+        except GatewayError as exc:
+            return _error_response(exc)
+        return Response(to_json(body), media_type="application/json")
+
+    @app.post("/v1/models/{model}/fallback")
+    async def fallback_command(model: str, request: Request) -> Response:
+        # {"action": "reset" | "engage", "reason": "..."}: every replica follows within a second
+        try:
+            service.auth.check(request.headers.get("x-api-key"), request.headers.get("authorization"))
+            body = parse_json(await _bounded_body(request, service.settings.max_body_bytes))
+            action, reason = _fallback_command(body)
+            switch = service.fallback_switch(model)
+            await switch.command(model, action, reason)
+            status = await switch.status(model)
+        except GatewayError as exc:
+            return _error_response(exc)
+        return Response(to_json(status), media_type="application/json")
 
     @app.get("/metrics")
     async def prometheus(request: Request) -> Response:

@@ -80,3 +80,9 @@ SHADOW_ROWS = Counter(
 SHADOW_SECONDS = Histogram(
     "gateway_shadow_seconds", "The challenger's Triton call, per mirrored batch", ["model"], buckets=_FAST
 )
+EVIDENCE_LOST = Counter(
+    "gateway_evidence_lost",
+    "Evidence this replica could not write to the shared store (what: prediction, challenger, "
+    "shadow); the predictions were served, labels for them will be unknown",
+    ["model", "what"],
+)

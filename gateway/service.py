@@ -14,11 +14,14 @@ from gateway.core import Predictor
 from gateway.drift.metrics import DriftCollector
 from gateway.drift.monitor import DriftMonitor
 from gateway.drift.stats import Thresholds
-from gateway.errors import Unavailable
+from gateway.errors import BadRequest, Unavailable
+from gateway.evidence.open import open_store
+from gateway.evidence.store import EvidenceStore
+from gateway.evidence.writer import EvidenceWriter
+from gateway.fallback.switch import FallbackSwitch
 from gateway.features import OnlineFeatures
 from gateway.payload_log import PayloadLog, open_payload_log
 from gateway.quality.live import QualityMonitor
-from gateway.quality.prom import QualityCollector
 from gateway.request import EntityRow
 from gateway.settings import GatewaySettings
 from gateway.shadow.runner import ShadowRunner, Watchers
@@ -35,6 +38,9 @@ class Service:
     payload_log: PayloadLog | None = None  # None: no GATEWAY_PAYLOAD_LOG
     shadow: ShadowRunner | None = None  # None: no GATEWAY_SHADOW
     quality: QualityMonitor | None = None  # predictions by id, for labels; None only if built by hand
+    evidence: EvidenceStore | None = None  # what every replica shares (gateway/evidence/)
+    writer: EvidenceWriter | None = None
+    fallback: FallbackSwitch | None = None  # None: no GATEWAY_FALLBACK
     _collectors: tuple[Collector, ...] = ()
 
     @classmethod
@@ -53,7 +59,10 @@ class Service:
         drift = _drift_monitor(settings)
         payload_log = open_payload_log(settings, features)
         predictor = Predictor(settings, triton, features)
-        quality = QualityMonitor(settings.feedback_capacity)
+        evidence = open_store(settings, features.redis_connection())
+        writer = EvidenceWriter(evidence)
+        writer.start()
+        quality = QualityMonitor(evidence, writer)
         shadow = None
         if settings.shadow:  # the payload log then hears of shadowed batches once both answered
             watchers = Watchers(log=payload_log, quality=quality)
@@ -63,9 +72,24 @@ class Service:
                 triton,
                 predictor.spec,
                 watchers,
+                evidence,
+                writer,
                 settings.spec_ttl_s,
             )
         predictor.observers = tuple(o for o in (drift, quality, shadow or payload_log) if o is not None)
+        fallback = None
+        if settings.fallback:
+            fallback = FallbackSwitch(
+                settings.fallback,
+                evidence,
+                quality,
+                predictor.spec,
+                triton.ready_versions,
+                settings.fallback_poll_s,
+                settings.fallback_judge_s,
+            )
+            predictor.fallback = fallback
+            fallback.start()
         service = cls(
             settings,
             predictor,
@@ -75,8 +99,11 @@ class Service:
             payload_log=payload_log,
             shadow=shadow,
             quality=quality,
+            evidence=evidence,
+            writer=writer,
+            fallback=fallback,
         )
-        candidates = (QualityCollector(quality), *((DriftCollector(drift),) if drift is not None else ()))
+        candidates = (DriftCollector(drift),) if drift is not None else ()
         service._collectors = tuple(c for c in candidates if _register(c))
         return service
 
@@ -85,14 +112,25 @@ class Service:
             raise Unavailable("this gateway keeps no predictions for feedback", cause="quality_off")
         return self.quality
 
+    def fallback_switch(self, model: str) -> FallbackSwitch:
+        if self.fallback is None:
+            raise BadRequest(f"model {model!r} has no fallback (GATEWAY_FALLBACK is empty)")
+        return self.fallback
+
     async def close(self) -> None:
         """Close the clients, once no call uses them any more: the servers have stopped first
         (gateway/lifecycle.py). The payload log writes what is queued before the store closes."""
         for collector in self._collectors:
             REGISTRY.unregister(collector)
         self._collectors = ()
+        if self.fallback is not None:
+            await self.fallback.close()
         if self.shadow is not None:  # challenger calls in flight use the Triton client
             await self.shadow.close()
+        if self.writer is not None:  # what observers handed over still goes to the store
+            await self.writer.close()
+        if self.evidence is not None:
+            await self.evidence.close()
         await self.predictor.triton.close()
         if self.payload_log is not None:  # writes what is queued, within its close_s
             await asyncio.to_thread(self.payload_log.close)

@@ -25,6 +25,40 @@ class ShadowTarget(BaseModel):
     tolerance: float = Field(0.05, ge=0.0)
 
 
+class FallbackRule(BaseModel):
+    """The CRITICAL switch of one model (docs/quality.md, "The fallback switch"): when the
+    champion's ``metric`` over labels that arrived in the last ``window`` is worse than
+    ``threshold`` (below it for AUC, above it for log loss) on at least ``min_labels`` labeled
+    rows, every replica serves the fallback instead: ``version`` of the same model (kept loaded
+    beside the champion, ``builder export --keep-serving``), or ``model`` (another served model
+    with the same inputs, kind and classes; at ``version``, else its own champion)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    model: str | None = None
+    version: str | None = Field(None, pattern=r"^[0-9]+$")
+    metric: str = "auc"
+    threshold: float
+    window: str = "1h"
+    min_labels: int = Field(200, ge=1)
+
+    @model_validator(mode="after")
+    def _named(self) -> FallbackRule:
+        from gateway.drift.monitor import window_seconds
+        from gateway.errors import GatewayError
+        from gateway.quality.metrics import HIGHER_IS_BETTER
+
+        if self.model is None and self.version is None:
+            raise ValueError("name the fallback: a version of the model (version) or another model (model)")
+        if self.metric not in HIGHER_IS_BETTER:
+            raise ValueError(f"metric {self.metric!r} is not one of {', '.join(sorted(HIGHER_IS_BETTER))}")
+        try:
+            window_seconds(self.window)
+        except GatewayError as exc:
+            raise ValueError(exc.message) from None
+        return self
+
+
 class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GATEWAY_", frozen=True)
 
@@ -103,6 +137,15 @@ class GatewaySettings(BaseSettings):
             raise ValueError(f"{url!r} is not host:port (for example http://triton:8000)")
         return url
 
+    @field_validator("state_url")
+    @classmethod
+    def _state_scheme(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("redis://", "rediss://", "sqlite:///")):
+            raise ValueError(
+                f"{url!r}: the shared store is redis://host:port[/db], rediss://... or sqlite:///path"
+            )
+        return url
+
     @model_validator(mode="after")
     def _warn_below_alert(self) -> GatewaySettings:
         for kind, warn, alert in (
@@ -143,8 +186,21 @@ class GatewaySettings(BaseSettings):
     # shadow_in_flight are dropped (counted), so a slow challenger never queues work.
     shadow: dict[str, ShadowTarget] = Field(default_factory=dict)
     shadow_in_flight: int = Field(64, ge=1)
-    # Predictions remembered for feedback (labels by prediction id), oldest forgotten first.
-    feedback_capacity: int = Field(200_000, ge=1)
+
+    # The evidence every replica shares (gateway/evidence/): predictions awaiting their label,
+    # labeled pairs, shadow counts, the fallback decision. redis://host:port[/db] or
+    # sqlite:///path; default: the Feast online store's Redis (its own key prefix) on the Redis
+    # profile, else a SQLite file in the temp folder that every worker of this port shares.
+    state_url: str | None = None
+    # How long a prediction waits for its label (fraud labels come weeks later); an older
+    # label is "expired". Redis memory: ~200 bytes a prediction (docs/quality.md).
+    state_ttl_s: int = Field(30 * 24 * 3600, ge=60)
+    state_pairs_per_version: int = Field(50_000, ge=1)  # labeled pairs kept per answering version
+    # The CRITICAL switch: model -> its fallback and rule, as JSON in GATEWAY_FALLBACK, e.g.
+    # {"fraud-detector": {"version": "1", "metric": "auc", "threshold": 0.7}}.
+    fallback: dict[str, FallbackRule] = Field(default_factory=dict)
+    fallback_poll_s: float = Field(1.0, gt=0)  # how often each replica reads the decision
+    fallback_judge_s: float = Field(5.0, gt=0)  # how often one replica judges the rule
 
     def missing_policy(self, model: str) -> str:
         return self.missing_entities_by_model.get(model, self.missing_entities)

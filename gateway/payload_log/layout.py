@@ -9,8 +9,11 @@ monitoring (pointed at the folder as a ``FileLoggingDestination``) and any Parqu
 (pandas, Evidently, DuckDB) read it, plus:
 
 - request-time fields under their own names (as Feast names a request source's fields);
-- our prediction columns: ``__model``, ``__model_version``, and by kind ``__score`` (binary,
-  outlier), ``__label`` (classifiers, the class value in its own type; outlier, -1 or 1),
+- our prediction columns: ``__model``, ``__model_version``, ``__answered_by`` (the model that
+  answered) and ``__fallback`` (true while the model is switched to its fallback,
+  gateway/fallback/: ``__answered_by``/``__model_version`` then name the fallback), and by
+  kind ``__score`` (binary, outlier), ``__label`` (classifiers, the class value in its own
+  type; outlier, -1 or 1),
   ``__probabilities`` (classifiers, in ``classes`` order), ``__scores`` (classifiers without
   probabilities: decision-function values), ``__value`` (regression), ``__values`` (regression
   with several targets), ``__outlier`` (outlier), and ``__defaults_used``;
@@ -53,6 +56,8 @@ CHALLENGER_VERSION: Final = "__challenger_version"
 PREDICTION_ID: Final = "__prediction_id"  # the id the caller got with the prediction
 MODEL: Final = "__model"
 VERSION: Final = "__model_version"
+ANSWERED_BY: Final = "__answered_by"  # the model that answered: a fallback may be another
+FALLBACK: Final = "__fallback"  # the row was served by the model's fallback (gateway/fallback/)
 TIMESTAMP_TYPE: Final = pa.timestamp("us", tz="UTC")
 
 _ARROW: Final = {"float32": pa.float32(), "int64": pa.int64(), "bool": pa.bool_(), "string": pa.string()}
@@ -103,6 +108,8 @@ def to_table(
         columns[name] = pa.array(values, type=_ARROW[spec.dtype(name)])
     columns[MODEL] = pa.array([spec.name] * n, type=pa.string())
     columns[VERSION] = pa.array([observation.version] * n, type=pa.string())
+    columns[ANSWERED_BY] = pa.array([spec.answered_by or spec.name] * n, type=pa.string())
+    columns[FALLBACK] = pa.array([bool(spec.answered_by)] * n, type=pa.bool_())
     columns.update(_predictions(spec, [observation.predictions[i] for i in rows]))
     if observation.challenger is not None:
         columns.update(_challenger(observation.challenger, rows))

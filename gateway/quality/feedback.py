@@ -18,8 +18,16 @@ from gateway.errors import BadRequest, InvalidInput, TooLarge
 
 MAX_ITEMS: Final = 10_000
 MAX_ERRORS: Final = 20  # the result lists this many refused items; the counts have them all
-Outcome = Literal["accepted", "duplicate", "conflicting", "unknown", "invalid"]
-OUTCOMES: Final[tuple[Outcome, ...]] = ("accepted", "duplicate", "conflicting", "unknown", "invalid")
+Outcome = Literal["accepted", "duplicate", "conflicting", "unknown", "invalid", "expired"]
+# the order is the shared store's count fields (gateway/quality/live.py): only ever append
+OUTCOMES: Final[tuple[Outcome, ...]] = (
+    "accepted",
+    "duplicate",
+    "conflicting",
+    "unknown",
+    "invalid",
+    "expired",
+)
 
 LabelValue = bool | int | float | str | list[Any] | None
 

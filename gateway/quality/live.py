@@ -1,69 +1,83 @@
-"""Live model quality: remember what each version answered, pair it with labels as they come back.
+"""Live model quality: every answer remembered by its id in the shared store, paired with labels.
 
-``QualityMonitor.observe`` runs after each served batch (gateway/observe.py), on the event loop:
-per row, one dict insert of the prediction's id and its compact answer (a score, a class index,
-a value; gateway/quality/contract.py). At most ``capacity`` ids are kept; the oldest is
-evicted first, so memory is bounded whatever the traffic (measured: ~170 bytes an id besides
-the id's own string, so 200,000 ids of 40 characters ≈ 50 MB). A challenger's answer to the
-same row (shadow traffic) is attached to the same id by ``remember_challenger``, before or
-after the champion's.
+``QualityMonitor.observe`` runs after each served batch (gateway/observe.py), on the event
+loop: it encodes each row's compact answer (a score, a class index, a value;
+gateway/quality/contract.py) and hands them to the evidence writer, which writes them to the
+store every replica shares (gateway/evidence/), off the response path. A challenger's answer
+to the same row (shadow traffic) goes to the same id through ``remember_challenger``.
 
-``feedback`` pairs labels with the remembered answers. Each id takes one label: the same label
-again is a ``duplicate`` (not counted twice, so a sender may retry a whole batch), another label
+``feedback`` pairs labels with the remembered answers, in the store, whichever replica served
+the prediction and whichever takes the label. Each id takes one label: the same label again is
+a ``duplicate`` (not counted twice, so a sender may retry a whole batch), another label
 ``conflicting`` (the first is kept: a truth that changes is a data problem to look at, not to
-average). An id this process does not remember is ``unknown``: never served here, served by
-another replica, or older than the last ``capacity`` predictions; the payload log and
-``gateway quality report`` join those offline. Each labeled pair is kept per answering version
-(the last ``pairs_per_version``), with the time the label arrived: windows are by label arrival.
+average). An id the store does not have is ``expired`` when its time (prediction ids are
+time-ordered, gateway/batching.py) is older than the store's TTL, else ``unknown`` (never
+served, or another model's). A store that does not answer makes feedback a 503 with
+Retry-After: the sender retries, nothing is lost.
 
-A report computes the metrics over the window's pairs on demand (milliseconds for 50,000 rows);
-nothing is computed on the request path. The lock makes a scrape from another thread see whole
-batches.
+Each labeled pair is kept per answering version (the last ``cap``) with the time the label
+arrived: windows are by label arrival. A report reads the window's pairs from the store and
+computes the metrics off the event loop (milliseconds for 50,000 rows), so every replica
+answers the same report.
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import json
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
-import numpy as np
-
 from gateway.catalog import ModelSpec
-from gateway.drift.counts import Slots
 from gateway.drift.monitor import window_seconds
+from gateway.evidence.store import SLOT_S, EvidenceStore, Found, Remembered, SlotCounts, slot_of
+from gateway.evidence.writer import EvidenceWriter
 from gateway.observe import Observation
 from gateway.quality import prom
-from gateway.quality.contract import Compact, Contract, Truth, compact, evaluate, reliability, truth_of
+from gateway.quality.contract import Contract, Truth, compact, evaluate, reliability, truth_of
 from gateway.quality.feedback import OUTCOMES, FeedbackItem, FeedbackResult, Outcome, parse_feedback
 from gateway.quality.report import QualityReport, Role, VersionQuality
+from gateway.request_ids import issued_at
 from gateway.responses import Prediction
 
 __all__ = ["ChallengerBatch", "FeedbackItem", "FeedbackResult", "QualityMonitor", "parse_feedback"]
 
-CAPACITY: Final = 200_000
 PAIRS_PER_VERSION: Final = 50_000
-_UNLABELED: Final = object()
 
 
-@dataclass
+@dataclass(frozen=True)
 class VersionPairs:
-    """One answering version's labeled pairs (the last ``maxlen``) and its running count."""
+    """One answering version of a model: whose labels it takes, who answered, and how."""
 
     model: str  # the champion's model: the one labels are sent to
-    answered_by: str  # the model that answered (a challenger may be another)
+    answered_by: str  # the model that answered (a challenger or a fallback may be another)
     version: str
     role: Role
     contract: Contract
-    pairs: deque[tuple[float, Truth, Compact]]
-    total: int = 0  # labeled rows ever (the Prometheus counter)
 
-    def window(self, since: float) -> tuple[list[Truth], list[Compact]]:
-        picked = [(t, p) for at, t, p in self.pairs if at >= since]
-        return [t for t, _ in picked], [p for _, p in picked]
+    @property
+    def key(self) -> str:
+        return f"{self.model}|{self.role}|{self.answered_by}|{self.version}"
+
+    def info(self) -> str:
+        return json.dumps(
+            {
+                "answered_by": self.answered_by,
+                "version": self.version,
+                "role": self.role,
+                "contract": asdict(self.contract),
+            }
+        )
+
+    @classmethod
+    def of_info(cls, model: str, info: str) -> VersionPairs:
+        raw = json.loads(info)
+        c = raw["contract"]
+        classes = tuple(c["classes"]) if c.get("classes") is not None else None
+        contract = Contract(c["kind"], classes, c["threshold"], c["probabilities"], c.get("targets", 1))
+        return cls(model, raw["answered_by"], raw["version"], raw["role"], contract)
 
 
 class ChallengerBatch(Protocol):
@@ -86,23 +100,19 @@ class ChallengerBatch(Protocol):
     def at(self) -> float: ...
 
 
-class _Entry:
-    """What one prediction id remembers (slots: there are ``capacity`` of these)."""
-
-    __slots__ = ("challengers", "champion", "label", "labeled_at", "model", "prediction")
-
-    def __init__(self, model: str) -> None:
-        self.model = model
-        self.champion: VersionPairs | None = None
-        self.prediction: Compact = None
-        self.challengers: list[tuple[VersionPairs, Compact]] | None = None
-        self.label: Any = _UNLABELED
-        self.labeled_at = 0.0
+def encode(value: Any) -> str:
+    """A compact answer or a label as the store keeps it (one canonical text per value)."""
+    return json.dumps(value, separators=(",", ":"))
 
 
-@dataclass
-class _Feedback:
-    slots: Slots = field(default_factory=lambda: Slots(len(OUTCOMES)))
+def decode(text: str) -> Any:
+    value = json.loads(text)
+    return tuple(value) if isinstance(value, list) else value
+
+
+def answered_by(spec: ModelSpec) -> str:
+    """The model Triton ran: the spec's own, or a fallback's (``ModelSpec.answered_by``)."""
+    return spec.answered_by or spec.name
 
 
 class QualityMonitor:
@@ -110,186 +120,160 @@ class QualityMonitor:
 
     def __init__(
         self,
-        capacity: int = CAPACITY,
-        pairs_per_version: int = PAIRS_PER_VERSION,
+        store: EvidenceStore,
+        writer: EvidenceWriter,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if capacity < 1 or pairs_per_version < 1:
-            raise ValueError("capacity and pairs_per_version must be at least 1")
-        self.capacity = capacity
-        self.pairs_per_version = pairs_per_version
+        self.store = store
+        self.writer = writer
         self.clock = clock
-        self.evicted = 0  # ids forgotten for room, ever
-        self._ids: OrderedDict[str, _Entry] = OrderedDict()
-        self._versions: dict[tuple[str, Role, str, str], VersionPairs] = {}
-        self._feedback: dict[str, _Feedback] = {}
-        self._lock = threading.Lock()
+        self._registered: set[str] = set()
 
-    def __len__(self) -> int:
-        return len(self._ids)
+    # -- remembering (on the event loop; the writer sends) ----------------------------------
 
-    # -- remembering ------------------------------------------------------------------------
-
-    def _pairs(self, model: str, role: Role, answered_by: str, spec: ModelSpec, version: str) -> VersionPairs:
-        key = (model, role, answered_by, version)
-        found = self._versions.get(key)
-        if found is None:
-            found = VersionPairs(
-                model,
-                answered_by,
-                version,
-                role,
-                Contract.of_spec(spec),
-                deque(maxlen=self.pairs_per_version),
-            )
-            self._versions[key] = found
-        return found
-
-    def _entry(self, item_id: str, model: str) -> _Entry:
-        entry = self._ids.get(item_id)
-        if entry is None:
-            entry = self._ids[item_id] = _Entry(model)
-            while len(self._ids) > self.capacity:
-                self._ids.popitem(last=False)
-                self.evicted += 1
-        return entry
+    def _pairs(self, model: str, role: Role, by: str, spec: ModelSpec, version: str) -> VersionPairs:
+        pairs = VersionPairs(model, by, version, role, Contract.of_spec(spec))
+        if pairs.key not in self._registered:
+            self._registered.add(pairs.key)
+            self.writer.register(model, pairs.key, pairs.info())
+        return pairs
 
     def observe(self, observation: Observation) -> None:
-        """Remember the champion's answer to each row by its prediction id (one dict insert a
-        row). A batch without ids (a path that does not hand them out) is skipped."""
+        """Hand the champion's answer to each row, by its prediction id, to the writer. A
+        batch without ids (a path that does not hand them out) is skipped."""
         ids = observation.prediction_ids
         if not ids or len(ids) != observation.rows:
             return
         spec = observation.spec
-        with self._lock:
-            pairs = self._pairs(spec.name, "champion", spec.name, spec, observation.version)
-            answers = [compact(pairs.contract, p) for p in observation.predictions]
-            for item_id, answer in zip(ids, answers, strict=True):
-                entry = self._entry(item_id, spec.name)
-                entry.champion, entry.prediction = pairs, answer
-                if entry.label is not _UNLABELED:  # labeled before its answer arrived
-                    self._add(pairs, entry.labeled_at, entry.label, answer)
+        pairs = self._pairs(spec.name, "champion", answered_by(spec), spec, observation.version)
+        answers = [encode(compact(pairs.contract, p)) for p in observation.predictions]
+        self.writer.remember(Remembered(spec.name, pairs.key, True, ids, answers))
 
     def remember_challenger(self, batch: ChallengerBatch) -> None:
-        """Remember a challenger's answers to rows the champion ``batch.model`` served, by the
-        same ids (gateway/shadow/runner.py's ``ChallengerRows``). ``batch.spec`` is the
-        challenger's (how its answers read). Remembering the same version's answer to an id
-        again replaces the first."""
+        """Hand a challenger's answers to rows the champion ``batch.model`` served, by the same
+        ids (gateway/shadow/runner.py's ``ChallengerRows``); ``batch.spec`` is the challenger's."""
         if len(batch.ids) != len(batch.predictions):
             raise ValueError(f"{len(batch.ids)} ids for {len(batch.predictions)} predictions")
-        with self._lock:
-            pairs = self._pairs(
-                batch.model, "challenger", batch.challenger_model, batch.spec, batch.challenger_version
-            )
-            for item_id, prediction in zip(batch.ids, batch.predictions, strict=True):
-                answer = compact(pairs.contract, prediction)
-                entry = self._entry(item_id, batch.model)
-                kept = [(p, a) for p, a in entry.challengers or () if p is not pairs]
-                if entry.label is not _UNLABELED and len(kept) == len(entry.challengers or ()):
-                    self._add(pairs, entry.labeled_at, entry.label, answer)  # labeled before it answered
-                entry.challengers = [*kept, (pairs, answer)]
-
-    def _add(self, pairs: VersionPairs, at: float, truth: Truth, answer: Compact) -> None:
-        if answer is None:  # the version answered nothing usable (kind other, a missing score)
-            return
-        pairs.pairs.append((at, truth, answer))
-        pairs.total += 1
+        pairs = self._pairs(
+            batch.model, "challenger", batch.challenger_model, batch.spec, batch.challenger_version
+        )
+        answers = [encode(compact(pairs.contract, p)) for p in batch.predictions]
+        self.writer.remember(Remembered(batch.model, pairs.key, False, batch.ids, answers))
 
     # -- labels -----------------------------------------------------------------------------
 
-    def feedback(self, spec: ModelSpec, items: Sequence[FeedbackItem]) -> FeedbackResult:
+    async def feedback(self, spec: ModelSpec, items: Sequence[FeedbackItem]) -> FeedbackResult:
         """Pair each label with the remembered answers of its id (see the module doc). Labels
-        are checked against ``spec`` (the champion's contract). Never raises for an item."""
+        are checked against ``spec`` (the champion's contract). Raises only StoreUnavailable
+        (the store did not answer: nothing was recorded, the sender retries)."""
         contract = Contract.of_spec(spec)
-        result = FeedbackResult()
         now = self.clock()
-        with self._lock:
-            for index, item in enumerate(items):
-                outcome, reason = self._label(spec.name, contract, item, now)
-                result.add(index, str(item.id), outcome, reason)
-            counts = np.array([result.counts[o] for o in OUTCOMES], dtype=np.int64)
-            self._feedback.setdefault(spec.name, _Feedback()).slots.add(now, counts, len(items))
+        outcomes: list[tuple[Outcome, str] | None] = []
+        asked: list[tuple[str, str]] = []
+        for item in items:
+            truth, why = truth_of(contract, item.label)
+            if truth is None:
+                outcomes.append(("invalid", why))
+            else:
+                outcomes.append(None)
+                asked.append((item.id, encode(truth)))
+        found = iter(zip(asked, await self.store.label(spec.name, asked, now), strict=True))
+        result = FeedbackResult()
+        for index, (item, refused) in enumerate(zip(items, outcomes, strict=True)):
+            if refused is None:
+                (_, label), known = next(found)
+                refused = self._outcome(spec.name, item.id, label, known, now)
+            result.add(index, str(item.id), *refused)
+        counts = {OUTCOMES.index(o): float(c) for o, c in result.counts.items() if c}
+        await self.store.add_counts([SlotCounts(f"feedback:{spec.name}", slot_of(now), counts)])
         for outcome, count in result.counts.items():
             if count:
                 prom.FEEDBACK_LABELS.labels(spec.name, outcome).inc(count)
         return result
 
-    def _label(self, model: str, contract: Contract, item: FeedbackItem, now: float) -> tuple[Outcome, str]:
-        truth, why = truth_of(contract, item.label)
-        if truth is None:
-            return "invalid", why
-        entry = self._ids.get(item.id) if isinstance(item.id, str) else None
-        if entry is None:
-            return "unknown", self._unknown_reason()
-        if entry.model != model:
-            return "unknown", f"the id is a prediction of model {entry.model!r}, not {model!r}"
-        if entry.label is not _UNLABELED:
-            if entry.label == truth:
+    def _outcome(self, model: str, item_id: str, asked: str, found: Found, now: float) -> tuple[Outcome, str]:
+        if found.state == "accepted":
+            prom.LABELED_ROWS.labels(model).inc()
+            return "accepted", ""
+        if found.state == "other":
+            return "unknown", f"the id is a prediction of model {found.value!r}, not {model!r}"
+        if found.state == "labeled":
+            if found.value == asked:
                 return "duplicate", "the id already has this label (counted once)"
-            return "conflicting", f"the id already has another label ({entry.label!r} kept)"
-        entry.label, entry.labeled_at = truth, now
-        if entry.champion is not None:
-            self._add(entry.champion, now, truth, entry.prediction)
-        for pairs, answer in entry.challengers or ():
-            self._add(pairs, now, truth, answer)
-        return "accepted", ""
-
-    def _unknown_reason(self) -> str:
-        evicted = (
-            f"; {self.evicted} older ids were evicted for room" if self.evicted else ""
-        )  # say so: an old id is the usual cause once the memory is full
-        return (
-            f"no prediction with this id is remembered: never served by this gateway process, or "
-            f"older than the last {self.capacity} predictions it keeps{evicted}; join such labels "
+            return "conflicting", f"the id already has another label ({decode(found.value)!r} kept)"
+        issued = issued_at(item_id)
+        if issued is not None and issued < now - self.store.ttl_s:
+            days = self.store.ttl_s / 86400
+            return "expired", (
+                f"the prediction is older than the {days:g} days predictions wait for their label "
+                "(GATEWAY_STATE_TTL_S); join it offline with `gateway quality report` from the payload log"
+            )
+        return "unknown", (
+            "no prediction with this id is remembered: never served by this gateway (a mistyped id, "
+            "another deployment's), or it was lost while the shared store was down; join such labels "
             "offline with `gateway quality report`"
         )
 
     # -- reading ----------------------------------------------------------------------------
 
-    def versions(self) -> list[VersionPairs]:
-        with self._lock:
-            return list(self._versions.values())
+    async def versions(self, model: str) -> list[VersionPairs]:
+        found = await self.store.pairs(model)
+        return [VersionPairs.of_info(model, info) for info in found.values()]
 
-    def quality(self, pairs: VersionPairs, seconds: int) -> VersionQuality:
-        """One version's rows and metrics over labels that arrived in the last ``seconds``."""
-        with self._lock:
-            truths, answers = pairs.window(self.clock() - seconds)
-        return VersionQuality(
-            pairs.answered_by,
-            pairs.version,
-            pairs.role,
-            len(truths),
-            evaluate(pairs.contract, truths, answers),
-            tuple(reliability(pairs.contract, truths, answers)),
-        )
+    async def quality(self, pairs: VersionPairs, since: float) -> VersionQuality:
+        """One version's rows and metrics over labels that arrived at or after ``since``."""
+        rows = await self.store.labeled(pairs.key, since)
+        return await asyncio.to_thread(_scored, pairs, rows)
 
-    def report(self, spec: ModelSpec, window: str) -> QualityReport:
+    async def report(self, spec: ModelSpec, window: str) -> QualityReport:
         """``spec``'s model over ``window`` (``5m`` … ``24h``; BadRequest otherwise): the
         champion versions with labeled rows in it (the spec's own always, newest first), then
         every challenger that shadowed the model, and the window's label outcomes."""
         seconds = window_seconds(window)
-        with self._lock:
-            self._pairs(spec.name, "champion", spec.name, spec, spec.version)
-        mine = [p for p in self.versions() if p.model == spec.name]
-        mine.sort(key=lambda p: (p.role != "champion", p.answered_by, -len(p.version), p.version))
+        since = self.clock() - seconds
+        mine = await self.versions(spec.name)
+        own = VersionPairs(spec.name, answered_by(spec), spec.version, "champion", Contract.of_spec(spec))
+        if own.key not in {p.key for p in mine}:
+            mine.append(own)
         champions = sorted(
-            (p for p in mine if p.role == "champion"), key=lambda p: (len(p.version), p.version), reverse=True
+            (p for p in mine if p.role == "champion"),
+            key=lambda p: (p.answered_by == spec.name, len(p.version), p.version),
+            reverse=True,
         )
-        challengers = [p for p in mine if p.role == "challenger"]
+        challengers = sorted(
+            (p for p in mine if p.role == "challenger"), key=lambda p: (p.answered_by, p.version)
+        )
         out = []
         for pairs in [*champions, *challengers]:
-            quality = self.quality(pairs, seconds)
-            if quality.rows or pairs.role == "challenger" or pairs.version == spec.version:
+            quality = await self.quality(pairs, since)
+            if quality.rows or pairs.role == "challenger" or pairs.key == own.key:
                 out.append(quality)
         return QualityReport(
-            spec.name, spec.kind, window, seconds, tuple(out), self.outcomes(spec.name, seconds)
+            spec.name, spec.kind, window, seconds, tuple(out), await self.outcomes(spec.name, seconds)
         )
 
-    def outcomes(self, model: str, seconds: int) -> dict[Outcome, int]:
+    async def outcomes(self, model: str, seconds: int) -> dict[Outcome, int]:
         """The label outcomes of ``model`` over the last ``seconds`` (one-minute resolution)."""
-        with self._lock:
-            found = self._feedback.get(model)
-            if found is None:
-                return dict.fromkeys(OUTCOMES, 0)
-            counts, _ = found.slots.window(self.clock(), seconds)
-        return {o: int(c) for o, c in zip(OUTCOMES, counts, strict=True)}
+        last = slot_of(self.clock())
+        found = await self.store.counts(f"feedback:{model}", last - seconds // SLOT_S + 1, last)
+        totals = dict.fromkeys(OUTCOMES, 0)
+        for fields, _ in found.values():
+            for index, count in fields.items():
+                if 0 <= index < len(OUTCOMES):
+                    totals[OUTCOMES[index]] += int(count)
+        return totals
+
+
+def _scored(pairs: VersionPairs, rows: list[tuple[str, str]]) -> VersionQuality:
+    # an answer of null: the version answered nothing usable (kind other, a missing score)
+    kept = [(decode(t), decode(a)) for t, a in rows if a != "null"]
+    truths: list[Truth] = [t for t, _ in kept]
+    answers = [a for _, a in kept]
+    return VersionQuality(
+        pairs.answered_by,
+        pairs.version,
+        pairs.role,
+        len(truths),
+        evaluate(pairs.contract, truths, answers),
+        tuple(reliability(pairs.contract, truths, answers)),
+    )

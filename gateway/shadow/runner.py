@@ -18,12 +18,16 @@ another kind) is reported as the reason its rows failed.
 The payload log is handed the batch by the runner once the challenger answered (or did not), so
 that each logged row carries the challenger's answer beside the champion's; for models without
 a challenger it is handed the batch at once.
+
+The counts are summed across replicas in the shared store (gateway/shadow/stats.py says how):
+``report`` reads them from there, so every replica answers the same comparison.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -38,6 +42,8 @@ from gateway.catalog import ModelSpec
 from gateway.drift.monitor import window_seconds
 from gateway.drift.reference import Binned
 from gateway.errors import GatewayError, ModelNotFound
+from gateway.evidence.store import SLOT_S, EvidenceStore, SlotCounts, slot_of
+from gateway.evidence.writer import EvidenceWriter
 from gateway.observe import ChallengerAnswer, Observation, Observer
 from gateway.responses import Prediction, predictions
 from gateway.settings import ShadowTarget
@@ -94,16 +100,23 @@ class ShadowRunner:
         triton: Triton,
         resolve: Callable[[str], Awaitable[ModelSpec]],
         watchers: Watchers,
+        store: EvidenceStore,
+        writer: EvidenceWriter,
         spec_ttl_s: float = 30.0,
     ) -> None:
         self.targets = dict(targets)
+        self.store = store
+        self.writer = writer
+        for model in self.targets:
+            writer.counts_from(model, functools.partial(self.drain, model))
         self.in_flight = in_flight
         self.triton = triton
         self.resolve = resolve  # another model's spec (Predictor.spec)
         self.watchers = watchers
         self.spec_ttl_s = spec_ttl_s
         self._plans: dict[ModelSpec, tuple[Plan, float]] = {}
-        self._counts: dict[str, PairCounts] = {}
+        self._counts: dict[str, PairCounts] = {}  # buffers, drained into the shared store
+        self._retired: list[SlotCounts] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._rng = np.random.default_rng()
 
@@ -161,6 +174,7 @@ class ShadowRunner:
                 log.exception("shadow call for %s failed", champion.name)
             counts = self._count(champion, observation.version, target, plan)
             counts.add_rows(observation.at, ERRORS, len(rows), reason)
+            self.writer.put(f"shadow-error:{counts.pair.name}", reason)
             metrics.SHADOW_ROWS.labels(champion.name, "error").inc(len(rows))
             self._log(observation, self._unanswered(observation, plan))
             return
@@ -240,17 +254,31 @@ class ShadowRunner:
         if counts is not None and counts.pair == pair:
             return counts
         if counts is not None and _same_pair_once_known(counts.pair, pair):
-            counts.pair = dataclasses.replace(
+            learnt = dataclasses.replace(
                 counts.pair, challenger_version=wanted or counts.pair.challenger_version
             )
+            if learnt != counts.pair:
+                counts.pair = learnt
+                self.writer.put(f"shadow-pair:{champion.name}", learnt.to_json())
             return counts
         bins = plan.bins if plan is not None else psi_bins(champion)
+        if counts is not None:  # what the old pair counted still goes to the store
+            self._retired.extend(counts.drain())
         counts = PairCounts(pair, bins, target.tolerance)
         self._counts[champion.name] = counts
+        self.writer.put(f"shadow-pair:{champion.name}", pair.to_json())
         return counts
 
-    def report(self, spec: ModelSpec, window: str) -> dict[str, Any]:
-        """The pair's comparison over the last ``window`` (``GET /v1/models/{m}/shadow``)."""
+    def drain(self, model: str) -> list[SlotCounts]:
+        """What ``model``'s pair counted since the last drain (the evidence writer's source)."""
+        counts = self._counts.get(model)
+        retired = [u for u in self._retired if u.name.startswith(f"shadow:{model}|")]
+        self._retired = [u for u in self._retired if u not in retired]
+        return [*retired, *(counts.drain() if counts is not None else ())]
+
+    async def report(self, spec: ModelSpec, window: str) -> dict[str, Any]:
+        """The pair's comparison over the last ``window`` (``GET /v1/models/{m}/shadow``), as
+        every replica counted it (the shared store)."""
         seconds = window_seconds(window)
         body: dict[str, Any] = {"model": spec.name, "window": window, "window_seconds": seconds}
         target = self.targets.get(spec.name)
@@ -259,14 +287,21 @@ class ShadowRunner:
                 spec.name, window, f"no challenger is configured for {spec.name!r} (GATEWAY_SHADOW)"
             )
         body.update(enabled=True, share=target.share)
-        counts = self._counts.get(spec.name)
-        if counts is None:
-            counts = PairCounts(
-                Pair(spec.name, spec.version, target.model or spec.name, target.version or ""),
-                None,
-                target.tolerance,
-            )
-        return {**body, **counts.report(time.time(), seconds)}
+        known = await self.store.get(f"shadow-pair:{spec.name}")
+        pair = (
+            Pair.of_json(known)
+            if known is not None
+            else Pair(spec.name, spec.version, target.model or spec.name, target.version or "")
+        )
+        now = time.time()
+        last = slot_of(now)
+        counts = PairCounts(pair, psi_bins(spec) if pair.version == spec.version else None, target.tolerance)
+        for slot, (fields, maximum) in (
+            await self.store.counts(pair.name, last - seconds // SLOT_S + 1, last)
+        ).items():
+            counts.load(slot, fields, maximum)
+        counts.last_error = await self.store.get(f"shadow-error:{pair.name}")
+        return {**body, **counts.report(now, seconds)}
 
     # -- the payload log ----------------------------------------------------------------------
 

@@ -6,10 +6,17 @@ floats): row counts, agreement, the difference's sum and a log-spaced histogram 
 read from the histogram, to the bin: within 12 % of the value), both sides' prediction counts
 in the PSI bins, and a histogram of the challenger's call latency. The largest difference
 does not sum; it is kept per slot beside the vector (and caps the p99 read from the bins).
+
+Across replicas: each process's ``PairCounts`` is a buffer. The evidence writer ``drain``s it
+every second into the shared store, where the slots of every replica add up
+(gateway/evidence/); a report ``load``s the window's slots from there into a fresh
+``PairCounts`` and reads it, so every replica answers the same report.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -17,6 +24,7 @@ import numpy as np
 
 from gateway.drift.reference import Binned
 from gateway.drift.stats import psi
+from gateway.evidence.store import SlotCounts
 from gateway.shadow.compare import Compared
 
 SLOT_S: Final = 60
@@ -41,6 +49,19 @@ class Pair:
     challenger_model: str
     challenger_version: str
 
+    @property
+    def name(self) -> str:
+        """The shared counts' name: per champion version and challenger model (a challenger
+        version learnt from Triton's answer does not start them afresh)."""
+        return f"shadow:{self.model}|{self.version}|{self.challenger_model}"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def of_json(cls, text: str) -> Pair:
+        return cls(**json.loads(text))
+
 
 class PairCounts:
     """One pair's counts per slot for the last day (see the module doc)."""
@@ -56,6 +77,7 @@ class PairCounts:
         self._counts = np.zeros((SLOTS, size), dtype=np.float64)
         self._max = np.zeros(SLOTS, dtype=np.float64)
         self._ids = np.full(SLOTS, -1, dtype=np.int64)
+        self._dirty: set[int] = set()
         self.last_error: str | None = None
 
     def _slot(self, at: float) -> int | None:
@@ -67,7 +89,32 @@ class PairCounts:
             self._counts[i] = 0
             self._max[i] = 0
             self._ids[i] = slot
+        self._dirty.add(i)
         return i
+
+    def drain(self) -> list[SlotCounts]:
+        """The slots counted since the last drain, as deltas for the shared store; zeroed here."""
+        out = []
+        for i in sorted(self._dirty):
+            row = self._counts[i]
+            fields = {int(f): float(row[f]) for f in np.flatnonzero(row)}
+            if fields or self._max[i]:
+                out.append(SlotCounts(self.pair.name, int(self._ids[i]), fields, float(self._max[i])))
+            row[:] = 0
+            self._max[i] = 0
+        self._dirty.clear()
+        return out
+
+    def load(self, slot: int, fields: dict[int, float], maximum: float) -> None:
+        """Add one slot's counts read from the shared store (fields past this pair's vector,
+        from a replica with other PSI bins, are ignored)."""
+        i = slot % SLOTS
+        self._ids[i] = slot
+        size = self._counts.shape[1]
+        for f, value in fields.items():
+            if 0 <= f < size:
+                self._counts[i, f] += value
+        self._max[i] = max(self._max[i], maximum)
 
     def add(self, at: float, rows: int, compared: Compared, latency_s: float) -> None:
         """``rows`` rows both answered, compared as ``compared``; the challenger took ``latency_s``."""

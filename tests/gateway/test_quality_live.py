@@ -1,5 +1,6 @@
-"""Live quality (gateway/quality/live.py): answers remembered by prediction id, labels paired
-with them once, per version and role, in bounded memory; no servers.
+"""Live quality (gateway/quality/live.py): answers remembered by prediction id in the shared
+store, labels paired with them once, per version and role; each test runs on both stores (a
+SQLite file, and a real redis-server started here), which must answer alike.
 
 Expected metrics are computed here by hand from the same rows (pairs of scores for AUC, counts
 at the threshold), not by calling the functions the monitor uses.
@@ -13,16 +14,25 @@ from typing import Any
 
 import numpy as np
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from gateway.catalog import Column, ModelSpec, OutputRoles
 from gateway.errors import BadRequest, InvalidInput, TooLarge
+from gateway.evidence.redis_store import RedisEvidence
+from gateway.evidence.sqlite_store import SqliteEvidence
+from gateway.evidence.store import EvidenceStore
+from gateway.evidence.writer import EvidenceWriter
 from gateway.observe import Observation
+from gateway.quality.feedback import FeedbackResult
 from gateway.quality.live import FeedbackItem, QualityMonitor, parse_feedback
-from gateway.quality.prom import QualityCollector
+from gateway.quality.report import QualityReport
+from gateway.request_ids import new_request_id
 from gateway.responses import Prediction
 from gateway.shadow.runner import ChallengerRows
+from support import servers
 
 MODEL = "fraud-detector"
 T0 = 1_800_000_000.0
@@ -34,6 +44,64 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class Monitor:
+    """A QualityMonitor on a real store, driven synchronously: what it is handed is written
+    before the next call (the writer flushed), as the gateway's writer does within a round trip."""
+
+    def __init__(self, store: EvidenceStore, clock: Clock) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.store = store
+        self.writer = EvidenceWriter(store)
+        self.monitor = QualityMonitor(store, self.writer, clock=clock)
+
+    def _run(self, call: Any) -> Any:
+        return self.loop.run_until_complete(call)
+
+    def observe(self, o: Observation) -> None:
+        self.monitor.observe(o)
+        self._run(self.writer.flush())
+
+    def remember_challenger(self, rows: ChallengerRows) -> None:
+        self.monitor.remember_challenger(rows)
+        self._run(self.writer.flush())
+
+    def feedback(self, s: ModelSpec, items: list[FeedbackItem]) -> FeedbackResult:
+        result: FeedbackResult = self._run(self.monitor.feedback(s, items))
+        return result
+
+    def report(self, s: ModelSpec, window: str) -> QualityReport:
+        report: QualityReport = self._run(self.monitor.report(s, window))
+        return report
+
+    def close(self) -> None:
+        self._run(self.store.close())
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def redis_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with servers.redis_server(tmp_path_factory.mktemp("redis")) as server:
+        yield server.address
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    made: list[Monitor] = []
+
+    def build(clock: Clock | None = None, cap: int = 50_000, ttl_s: int = 3600) -> Monitor:
+        if request.param == "sqlite":
+            store: EvidenceStore = SqliteEvidence(tmp_path / f"evidence-{len(made)}.sqlite", ttl_s, cap)
+        else:
+            address = request.getfixturevalue("redis_address")
+            store = RedisEvidence(f"redis://{address}/0", ttl_s, cap, prefix=f"t{time.time_ns()}:")
+        made.append(Monitor(store, clock or Clock()))
+        return made[-1]
+
+    yield build
+    for monitor in made:
+        monitor.close()
 
 
 def spec(
@@ -75,9 +143,9 @@ def hand_auc(truth: list[bool], score: list[float]) -> float:
     return sum(1.0 if p > q else 0.5 if p == q else 0.0 for p in pos for q in neg) / (len(pos) * len(neg))
 
 
-def test_labels_pair_with_the_champion_and_the_challenger() -> None:
+def test_labels_pair_with_the_champion_and_the_challenger(make: Any) -> None:
     clock = Clock()
-    monitor = QualityMonitor(clock=clock)
+    monitor = make(clock)
     champion, challenger = spec(version="1"), spec(version="2")
     rng = random.Random(1)
     n = 120
@@ -92,7 +160,8 @@ def test_labels_pair_with_the_champion_and_the_challenger() -> None:
 
     result = monitor.feedback(champion, [FeedbackItem(i, int(y)) for i, y in zip(ids, truth, strict=True)])
     assert result.to_dict() == {
-        "accepted": n, "duplicate": 0, "conflicting": 0, "unknown": 0, "invalid": 0, "errors": []
+        "accepted": n, "duplicate": 0, "conflicting": 0, "unknown": 0, "invalid": 0, "expired": 0,
+        "errors": []
     }  # fmt: skip
 
     report = monitor.report(champion, "1h").to_dict()
@@ -100,7 +169,9 @@ def test_labels_pair_with_the_champion_and_the_challenger() -> None:
     assert (report["model"], report["kind"], report["window"], report["window_seconds"]) == (
         MODEL, "binary", "1h", 3600
     )  # fmt: skip
-    assert report["feedback"] == {"accepted": n, "duplicate": 0, "conflicting": 0, "unknown": 0, "invalid": 0}
+    assert report["feedback"] == {
+        "accepted": n, "duplicate": 0, "conflicting": 0, "unknown": 0, "invalid": 0, "expired": 0
+    }  # fmt: skip
     first, second = report["versions"]
     assert {k: first[k] for k in ("model", "version", "role", "rows")} == {
         "model": MODEL, "version": "1", "role": "champion", "rows": n
@@ -120,8 +191,8 @@ def test_labels_pair_with_the_champion_and_the_challenger() -> None:
     assert first["metrics"]["log_loss"] == pytest.approx(sum(loss) / n)
 
 
-def test_each_outcome_once_and_never_counted_twice() -> None:
-    monitor = QualityMonitor(clock=Clock())
+def test_each_outcome_once_and_never_counted_twice(make: Any) -> None:
+    monitor = make()
     s = spec()
     monitor.observe(observation(s, scored([0.9, 0.2, 0.6]), ["a", "b", "c"]))
     items = [
@@ -135,7 +206,9 @@ def test_each_outcome_once_and_never_counted_twice() -> None:
         FeedbackItem("c", "0"),  # text form of class 0: accepted
     ]
     result = monitor.feedback(s, items)
-    assert result.counts == {"accepted": 2, "duplicate": 1, "conflicting": 1, "unknown": 1, "invalid": 3}
+    assert result.counts == {
+        "accepted": 2, "duplicate": 1, "conflicting": 1, "unknown": 1, "invalid": 3, "expired": 0
+    }  # fmt: skip
     assert [(e["index"], e["id"], e["outcome"]) for e in result.errors] == [
         (1, "a", "duplicate"), (2, "a", "conflicting"), (3, "zzz", "unknown"),
         (4, "b", "invalid"), (5, "b", "invalid"), (6, "b", "invalid"),
@@ -144,27 +217,31 @@ def test_each_outcome_once_and_never_counted_twice() -> None:
     assert "gateway quality report" in result.errors[2]["reason"]
     # retrying the whole batch changes nothing
     again = monitor.feedback(s, items)
-    assert again.counts == {"accepted": 0, "duplicate": 3, "conflicting": 1, "unknown": 1, "invalid": 3}
+    assert again.counts == {
+        "accepted": 0, "duplicate": 3, "conflicting": 1, "unknown": 1, "invalid": 3, "expired": 0
+    }  # fmt: skip
     report = monitor.report(s, "1h")
     assert report.versions[0].rows == 2
-    assert report.feedback == {"accepted": 2, "duplicate": 4, "conflicting": 2, "unknown": 2, "invalid": 6}
+    assert report.feedback == {
+        "accepted": 2, "duplicate": 4, "conflicting": 2, "unknown": 2, "invalid": 6, "expired": 0
+    }  # fmt: skip
 
 
-def test_memory_is_bounded_and_evicted_ids_are_unknown() -> None:
-    monitor = QualityMonitor(capacity=50, clock=Clock())
+def test_labels_for_expired_predictions_say_expired_not_unknown(make: Any) -> None:
+    monitor = make(ttl_s=1)
     s = spec()
-    for batch in range(10):
-        ids = [f"{batch}-{i}" for i in range(20)]
-        monitor.observe(observation(s, scored([0.5] * 20), ids))
-        assert len(monitor) <= 50
-    assert len(monitor) == 50 and monitor.evicted == 150
-    result = monitor.feedback(s, [FeedbackItem("0-0", 1), FeedbackItem("9-19", 1)])
-    assert result.counts["unknown"] == 1 and result.counts["accepted"] == 1
-    assert "evicted" in result.errors[0]["reason"]
+    ids = [f"{new_request_id()}-0", f"{new_request_id()}-0"]
+    monitor.observe(observation(s, scored([0.5, 0.7]), ids))
+    assert monitor.feedback(s, [FeedbackItem(ids[0], 1)]).counts["accepted"] == 1
+    time.sleep(2.2)  # past the TTL: the store forgot the second prediction
+    result = monitor.feedback(s, [FeedbackItem(ids[1], 1), FeedbackItem(f"{'0' * 32}-0", 1)])
+    assert (result.counts["expired"], result.counts["unknown"]) == (1, 1)
+    assert "older than the" in result.errors[0]["reason"]
+    assert "GATEWAY_STATE_TTL_S" in result.errors[0]["reason"]
 
 
-def test_labeled_pairs_are_bounded_per_version() -> None:
-    monitor = QualityMonitor(pairs_per_version=10, clock=Clock())
+def test_labeled_pairs_are_bounded_per_version(make: Any) -> None:
+    monitor = make(cap=10)
     s = spec()
     ids = [f"p{i}" for i in range(30)]
     monitor.observe(observation(s, scored([0.1 * (i % 10) for i in range(30)]), ids))
@@ -172,9 +249,9 @@ def test_labeled_pairs_are_bounded_per_version() -> None:
     assert monitor.report(s, "1h").versions[0].rows == 10
 
 
-def test_windows_are_by_label_arrival() -> None:
+def test_windows_are_by_label_arrival(make: Any) -> None:
     clock = Clock()
-    monitor = QualityMonitor(clock=clock)
+    monitor = make(clock)
     s = spec()
     monitor.observe(observation(s, scored([0.9, 0.8, 0.2]), ["a", "b", "c"]))
     monitor.feedback(s, [FeedbackItem("a", 1)])
@@ -187,8 +264,8 @@ def test_windows_are_by_label_arrival() -> None:
         monitor.report(s, "forever")
 
 
-def test_multiclass_string_classes() -> None:
-    monitor = QualityMonitor(clock=Clock())
+def test_multiclass_string_classes(make: Any) -> None:
+    monitor = make()
     s = spec("multiclass", ("cat", "dog", "eel"))
     probs = [(0.7, 0.2, 0.1), (0.1, 0.8, 0.1), (0.3, 0.3, 0.4), (0.5, 0.4, 0.1)]
     answers = [
@@ -206,8 +283,8 @@ def test_multiclass_string_classes() -> None:
     assert metrics["log_loss"] == pytest.approx(want)
 
 
-def test_bool_classes_without_probabilities() -> None:
-    monitor = QualityMonitor(clock=Clock())
+def test_bool_classes_without_probabilities(make: Any) -> None:
+    monitor = make()
     s = spec("binary", (False, True), roles=OutputRoles(label="label"))
     answers = [Prediction(False, label=v, scores=(0.0,)) for v in (True, False, True, False)]
     monitor.observe(observation(s, answers, ["a", "b", "c", "d"]))
@@ -215,12 +292,12 @@ def test_bool_classes_without_probabilities() -> None:
         s, [FeedbackItem("a", True), FeedbackItem("b", "false"), FeedbackItem("c", False),
             FeedbackItem("d", 1)]
     )  # fmt: skip
-    assert result.counts == {"accepted": 3, "duplicate": 0, "conflicting": 0, "unknown": 0, "invalid": 1}
+    assert (result.counts["accepted"], result.counts["invalid"], sum(result.counts.values())) == (3, 1, 4)
     assert monitor.report(s, "1h").versions[0].metrics == {"accuracy": 2 / 3, "precision": 0.5, "recall": 1.0}
 
 
-def test_regression_labels_are_finite_numbers() -> None:
-    monitor = QualityMonitor(clock=Clock())
+def test_regression_labels_are_finite_numbers(make: Any) -> None:
+    monitor = make()
     s = spec("regression", None, roles=OutputRoles(value="value"))
     monitor.observe(observation(s, [Prediction(False, value=v) for v in (1.0, 2.0, 3.0)], ["a", "b", "c"]))
     result = monitor.feedback(
@@ -239,8 +316,8 @@ def test_regression_labels_are_finite_numbers() -> None:
     assert monitor.report(multi, "1h").versions[0].metrics["mae"] == pytest.approx(0.5)  # (1 + 0) / 2
 
 
-def test_a_challenger_of_another_model_and_late_answers() -> None:
-    monitor = QualityMonitor(clock=Clock())
+def test_a_challenger_of_another_model_and_late_answers(make: Any) -> None:
+    monitor = make()
     s = spec()
     other = spec(name="fraud-gbm", version="7")
     monitor.observe(observation(s, scored([0.9, 0.1]), ["a", "b"]))
@@ -257,10 +334,11 @@ def test_a_challenger_of_another_model_and_late_answers() -> None:
     assert monitor.feedback(other, [FeedbackItem("a", 1)]).counts["unknown"] == 1
 
 
-def test_batches_without_ids_are_not_remembered() -> None:
-    monitor = QualityMonitor(clock=Clock())
+def test_batches_without_ids_are_not_remembered(make: Any) -> None:
+    monitor = make()
     monitor.observe(observation(spec(), scored([0.5]), []))
-    assert len(monitor) == 0
+    assert monitor.report(spec(), "1h").versions[0].rows == 0
+    assert monitor.loop.run_until_complete(monitor.store.pairs(MODEL)) == {}  # not even the version
 
 
 def test_parse_feedback_refuses_malformed_bodies() -> None:
@@ -288,33 +366,22 @@ def test_parse_feedback_refuses_malformed_bodies() -> None:
         parse_feedback({"labels": [{"id": str(i), "label": 1} for i in range(10_001)]})
 
 
-def test_prometheus_counts_labels_and_exports_quality() -> None:
-    monitor = QualityMonitor(clock=Clock())
-    s = spec(name="prom-model")
-    monitor.observe(observation(s, scored([0.9, 0.1, 0.8, 0.3]), ["a", "b", "c", "d"]))
-    monitor.feedback(s, [FeedbackItem(i, y) for i, y in (("a", 1), ("b", 0), ("c", 0), ("d", 1), ("q", 1))])
-    registry = CollectorRegistry()
-    registry.register(QualityCollector(monitor))
-    families = {f.name: f for f in text_string_to_metric_families(generate_latest(registry).decode())}
-    rows = {
-        tuple(sorted(s.labels.items())): s.value for s in families["gateway_quality_labeled_rows"].samples
-    }
-    assert rows == {
-        (("answered_by", "prom-model"), ("model", "prom-model"), ("role", "champion"), ("version", "1")): 4.0
-    }
-    assert "gateway_quality" not in families  # computed on demand by the endpoint, not per scrape
+def test_prometheus_counts_labels_by_outcome(make: Any) -> None:
     from prometheus_client import REGISTRY
 
+    name = f"prom-model-{time.time_ns()}"
+    monitor = make()
+    s = spec(name=name)
+    monitor.observe(observation(s, scored([0.9, 0.1, 0.8, 0.3]), ["a", "b", "c", "d"]))
+    monitor.feedback(s, [FeedbackItem(i, y) for i, y in (("a", 1), ("b", 0), ("c", 0), ("d", 1), ("q", 1))])
     for outcome, want in (("accepted", 4.0), ("unknown", 1.0)):
-        got = REGISTRY.get_sample_value(
-            "gateway_feedback_labels_total", {"model": "prom-model", "outcome": outcome}
-        )
+        got = REGISTRY.get_sample_value("gateway_feedback_labels_total", {"model": name, "outcome": outcome})
         assert got == want
+    assert REGISTRY.get_sample_value("gateway_quality_labeled_predictions_total", {"model": name}) == 4.0
 
 
-def test_the_shadow_runners_challenger_rows_are_taken_as_one_argument() -> None:
-
-    monitor = QualityMonitor(clock=Clock())
+def test_the_shadow_runners_challenger_rows_are_taken_as_one_argument(make: Any) -> None:
+    monitor = make()
     s, challenger = spec(), spec(version="2")
     monitor.observe(observation(s, scored([0.9, 0.2]), ["a", "b"]))
     rows = ChallengerRows(MODEL, MODEL, "2", challenger, ["a", "b"], scored([0.3, 0.1]), T0)

@@ -1,0 +1,38 @@
+"""Which shared store a gateway opens (settings ``GATEWAY_STATE_URL``, else a default).
+
+- ``redis://host:port[/db]`` / ``rediss://`` (or Feast's ``host:port,password=...``): Redis.
+- ``sqlite:///path/to/file``: a SQLite file (one machine).
+- unset: the Feast online store's Redis on the Redis profile (the chart's: every replica
+  reaches it), else a SQLite file in the temp folder named after the port and the feature
+  repository, which every ``--workers`` process of this gateway opens, and a gateway restarted
+  on the same port finds again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from pathlib import Path
+
+from gateway.evidence.redis_store import RedisEvidence
+from gateway.evidence.sqlite_store import SqliteEvidence
+from gateway.evidence.store import EvidenceStore
+from gateway.settings import GatewaySettings
+
+
+def default_sqlite(settings: GatewaySettings) -> Path:
+    repo = hashlib.sha256(str(settings.feature_repo.resolve()).encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"gateway-evidence-{settings.port}-{repo}.sqlite"
+
+
+def open_store(settings: GatewaySettings, feast_redis: str | None) -> EvidenceStore:
+    """``feast_redis``: the online store's Redis connection string, None on another store."""
+    ttl, cap = settings.state_ttl_s, settings.state_pairs_per_version
+    url = settings.state_url
+    if url is None:
+        if feast_redis is not None:
+            return RedisEvidence(feast_redis, ttl, cap)
+        return SqliteEvidence(default_sqlite(settings), ttl, cap)
+    if url.startswith("sqlite:///"):
+        return SqliteEvidence(Path(url.removeprefix("sqlite://")), ttl, cap)
+    return RedisEvidence(url, ttl, cap)

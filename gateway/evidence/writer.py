@@ -1,0 +1,147 @@
+"""Evidence written off the response path: observers hand it over, one task sends it.
+
+Observers run on the event loop after the callers were answered (gateway/observe.py) and must
+not wait, so they only append here. One task sends whatever accumulated meanwhile in one round
+trip (a pipeline on Redis, a transaction on SQLite), then looks again: under load the batches
+grow by themselves, at one request a second each goes alone within a millisecond. Count sources
+(the shadow runner's one-minute slots) are drained every ``count_every_s``.
+
+Nothing here can fail a request. A store that does not answer costs the evidence of that round
+trip, counted in ``gateway_evidence_lost_total{model,what}`` and logged at most every 10 s;
+the predictions themselves were served. Past ``max_pending`` rows waiting (the store slower
+than the traffic), new evidence is dropped and counted the same way, so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Final
+
+from gateway import metrics
+from gateway.errors import GatewayError
+from gateway.evidence.store import EvidenceStore, Remembered, SlotCounts
+
+log = logging.getLogger("gateway.evidence")
+
+MAX_PENDING: Final = 100_000
+LOG_EVERY_S: Final = 10.0
+
+CountSource = Callable[[], Sequence[SlotCounts]]
+
+
+class EvidenceWriter:
+    def __init__(
+        self, store: EvidenceStore, max_pending: int = MAX_PENDING, count_every_s: float = 1.0
+    ) -> None:
+        self.store = store
+        self.max_pending = max_pending
+        self.count_every_s = count_every_s
+        self._remembered: list[Remembered] = []
+        self._rows = 0
+        self._registers: dict[tuple[str, str], str] = {}
+        self._puts: dict[str, str] = {}
+        self._sources: list[tuple[str, CountSource]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._logged = 0.0
+
+    # -- handed over on the event loop (never waits) ----------------------------------------
+
+    def remember(self, item: Remembered) -> None:
+        if self._rows + len(item.ids) > self.max_pending:
+            self._lost(
+                item.model, "prediction" if item.champion else "challenger", len(item.ids), "queue full"
+            )
+            return
+        self._remembered.append(item)
+        self._rows += len(item.ids)
+        self._wake.set()
+
+    def register(self, model: str, pair: str, info: str) -> None:
+        self._registers[(model, pair)] = info
+        self._wake.set()
+
+    def put(self, name: str, value: str) -> None:
+        self._puts[name] = value
+        self._wake.set()
+
+    def counts_from(self, model: str, source: CountSource) -> None:
+        """Drain ``source`` every ``count_every_s`` (``model``: whose counts they are, for the
+        lost-evidence metric)."""
+        self._sources.append((model, source))
+
+    # -- the task -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        last_counts = time.monotonic()
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=self.count_every_s)
+            self._wake.clear()
+            drain = time.monotonic() - last_counts >= self.count_every_s
+            if drain:
+                last_counts = time.monotonic()
+            await self.flush(drain_counts=drain)
+
+    async def flush(self, drain_counts: bool = True) -> None:
+        """Send everything waiting now (and the count sources' slots with ``drain_counts``)."""
+        registers, self._registers = self._registers, {}
+        remembered, self._remembered, self._rows = self._remembered, [], 0
+        puts, self._puts = self._puts, {}
+        try:
+            for (model, pair), info in registers.items():
+                await self.store.register(model, pair, info)
+            await self.store.remember(remembered)
+            for name, value in puts.items():
+                await self.store.put(name, value)
+        except GatewayError as exc:
+            for item in remembered:
+                what = "prediction" if item.champion else "challenger"
+                self._lost(item.model, what, len(item.ids), exc.message)
+            self._registers = {**registers, **self._registers}  # tiny: tried again next time
+            self._puts = {**puts, **self._puts}
+        if drain_counts:
+            for model, source in self._sources:
+                updates = source()
+                try:
+                    await self.store.add_counts(updates)
+                except GatewayError as exc:
+                    self._lost(model, "shadow", len(updates), exc.message)
+
+    def _lost(self, model: str, what: str, count: int, why: str) -> None:
+        if not count:
+            return
+        metrics.EVIDENCE_LOST.labels(model, what).inc(count)
+        now = time.monotonic()
+        if now - self._logged >= LOG_EVERY_S:
+            self._logged = now
+            log.warning(
+                "evidence not kept (%d %s rows of %s; counted in gateway_evidence_lost_total): %s",
+                count,
+                what,
+                model,
+                why,
+            )
+
+    async def close(self, wait_s: float = 2.0) -> None:
+        """Send what is waiting (within ``wait_s``), then stop the task."""
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), timeout=wait_s)
+            except (TimeoutError, asyncio.CancelledError):
+                self._task.cancel()
+        try:
+            await asyncio.wait_for(self.flush(), timeout=wait_s)
+        except TimeoutError:
+            log.warning("evidence still waiting at shutdown was not written within %.1f s", wait_s)
