@@ -37,6 +37,9 @@ app.add_typer(drift_app, name="drift")
 from gateway.quality.cli import quality_app  # noqa: E402
 
 app.add_typer(quality_app, name="quality")
+from gateway.fallback.cli import fallback_app  # noqa: E402
+
+app.add_typer(fallback_app, name="fallback")
 app.command("shadow")(shadow)
 
 ModelOpt = Annotated[list[str] | None, typer.Option("--model", help="Model(s) served; /readyz checks them")]

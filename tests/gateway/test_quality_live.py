@@ -8,16 +8,16 @@ at the threshold), not by calling the functions the monitor uses.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
+import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import asyncio
-import time
-from collections.abc import Iterator
-from pathlib import Path
 
 from gateway.catalog import Column, ModelSpec, OutputRoles
 from gateway.errors import BadRequest, InvalidInput, TooLarge
