@@ -79,6 +79,45 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "redis": {"enabled": False, "external": {"url": "feast-redis.cache.svc:6379"}},
         "gateway": {"auth": {"existingSecret": "gateway-keys", "existingSecretKey": "keys.txt"}},
     },
+    # the gateway's evidence: a fallback rule, a week's TTL in a larger Redis, the payload log in
+    # an S3-compatible store with hashed keys
+    "payload-log-s3": {
+        "triton": {"mode": "deployment"},
+        "modelRepository": {"storageUri": S3_URI},
+        "gateway": {
+            "stateTtlSeconds": 604800,
+            "fallback": {
+                "fraud-detector": {"version": "1", "metric": "auc", "threshold": 0.85, "min_labels": 500}
+            },
+            "payloadLog": {
+                "url": "s3://fraud-logs/payload-log",
+                "endpointUrl": "http://minio.storage:9000",
+                "existingSecret": "payload-log-s3",
+                "sample": 0.1,
+                "hashKeys": True,
+                "salt": {"existingSecret": "payload-log-salt", "key": "hmac-salt"},
+            },
+        },
+        "redis": {
+            "maxmemory": "4gb",
+            "resources": {
+                "requests": {"cpu": "250m", "memory": "6Gi"},
+                "limits": {"cpu": "1", "memory": "6Gi"},
+            },
+            "persistence": {"size": "10Gi"},
+        },
+    },
+    # ... or on a ReadWriteMany volume the chart creates, beside another model as a fallback
+    "payload-log-volume": {
+        "triton": {"mode": "kserve"},
+        "modelRepository": {"pvc": {"claimName": "triton-models"}},
+        "gateway": {
+            "fallback": {
+                "churn": {"model": "churn-baseline", "metric": "log_loss", "threshold": 0.45, "window": "6h"}
+            },
+            "payloadLog": {"persistence": {"enabled": True, "size": "200Gi", "storageClassName": "efs-sc"}},
+        },
+    },
 }
 # chart-testing's value files (helm/triton-stack/ci/*-values.yaml), one per supported mode, join
 # the sets as "ci/<file stem>": every rendered-object test runs on them too.

@@ -104,8 +104,28 @@ def test_wrong_values_fail_against_the_schema(chart: Chart, overrides: dict[str,
             {"triton": {"mode": "deployment"}, "modelRepository": {"storageUri": "https://example.com/repo"}},
             "s3:// or gs://",
         ),
+        (
+            {"gateway": {"payloadLog": {"url": "s3://logs/payload-log", "persistence": {"enabled": True}}}},
+            "gateway.payloadLog: set either url (an object store) or persistence.enabled",
+        ),
+        (
+            {"gateway": {"payloadLog": {"persistence": {"enabled": True}, "hashKeys": True}}},
+            "gateway.payloadLog.hashKeys needs a salt",
+        ),
+        (
+            {"gateway": {"payloadLog": {"url": "gs://logs/p", "endpointUrl": "http://minio:9000"}}},
+            "needs an s3:// url",
+        ),
     ],
-    ids=["standard-canary-without-candidate", "two-repositories", "no-online-store", "unsyncable-uri"],
+    ids=[
+        "standard-canary-without-candidate",
+        "two-repositories",
+        "no-online-store",
+        "unsyncable-uri",
+        "payload-log-in-two-places",
+        "hashed-keys-without-salt",
+        "endpoint-without-s3",
+    ],
 )
 def test_impossible_combinations_fail_rendering(
     chart: Chart, overrides: dict[str, Any], message: str

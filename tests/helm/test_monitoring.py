@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from datetime import timedelta
-from functools import cache
 from typing import Any
 
 import promql_parser
 import yaml
 from helm_python import Chart
-from prometheus_client.metrics import MetricWrapperBase
 
 from builder.release import schema as crd_schema
 from tests.helm.chart_support import (
@@ -24,73 +23,18 @@ from tests.helm.chart_support import (
     CHART_DIR,
     COMPONENT,
     NAMESPACE,
-    REPO_ROOT,
     VALUE_SETS,
     Release,
     on,
     render,
     subset,
 )
+from tests.helm.exported_metrics import (
+    gateway_error_causes,
+    unknown_metrics,
+)
 
 BASE = {"modelRepository": {"pvc": {"claimName": "triton-models"}}}
-
-# --- what the stack exports ---------------------------------------------------------------------
-
-# Every metric family Triton 2.51 (NGC 24.10, the chart's image) serves on :8002 for a loaded model
-# on CPU, as its embedded server listed them; the GPU families (nv_gpu_*) come only with a GPU, and
-# the dashboard reads GPU use from DCGM instead.
-TRITON_METRICS = {
-    "nv_inference_request_success",
-    "nv_inference_request_failure",
-    "nv_inference_count",
-    "nv_inference_exec_count",
-    "nv_inference_request_duration_us",
-    "nv_inference_queue_duration_us",
-    "nv_inference_compute_input_duration_us",
-    "nv_inference_compute_infer_duration_us",
-    "nv_inference_compute_output_duration_us",
-    "nv_inference_pending_request_count",
-    "nv_cpu_utilization",
-    "nv_cpu_memory_total_bytes",
-    "nv_cpu_memory_used_bytes",
-}
-# NVIDIA dcgm-exporter's field names (DCGM_FI_DEV_GPU_UTIL, ...).
-DCGM_METRIC = re.compile(r"^DCGM_FI_[A-Z0-9_]+$")
-_SAMPLE_SUFFIXES = {
-    "counter": ("_total",),
-    "histogram": ("_bucket", "_count", "_sum"),
-    "gauge": ("",),
-}
-
-
-@cache
-def gateway_metrics() -> frozenset[str]:
-    """Series names the gateway exports: gateway/metrics.py's collectors, and the drift metrics
-    docs/drift.md section 2 fixes (the table is the contract the drift code implements)."""
-    import gateway.metrics
-
-    names: set[str] = set()
-    for collector in vars(gateway.metrics).values():
-        if isinstance(collector, MetricWrapperBase):
-            for family in collector.describe():
-                names |= {family.name + s for s in _SAMPLE_SUFFIXES[family.type]}
-    doc = (REPO_ROOT / "docs" / "drift.md").read_text()
-    section = doc.split("## 2.", 1)[1].split("\n## ", 1)[0]
-    table = re.findall(r"^\| `(gateway_\w+)` \| (counter|gauge) \|", section, re.MULTILINE)
-    assert len(table) >= 5, "docs/drift.md section 2 lists the drift metrics"
-    return frozenset(names | {name for name, _ in table})
-
-
-def unknown_metrics(names: set[str]) -> set[str]:
-    known = gateway_metrics() | TRITON_METRICS
-    return {n for n in names if n not in known and not DCGM_METRIC.match(n)}
-
-
-def gateway_error_causes() -> set[str]:
-    """Every `cause` the gateway's code can put on gateway_errors_total."""
-    source = "\n".join(p.read_text() for p in (REPO_ROOT / "gateway").glob("*.py"))
-    return set(re.findall(r"""\bcause\s*=\s*"(\w+)\"""", source))
-
 
 # --- reading PromQL -----------------------------------------------------------------------------
 
@@ -195,13 +139,32 @@ PROMETHEUS_RULE_SCHEMA: dict[str, Any] = {
     },
 }
 
-# alert name -> its key under monitoring.prometheusRule.alerts, and the value its expr compares with
+
+@dataclass(frozen=True)
+class AlertSpec:
+    """An alert as its values configure it: its key under monitoring.prometheusRule.alerts, the
+    comparisons its expr makes (operator -> the value keys, or constants, compared with), and the
+    value key of its range (None: rateWindow)."""
+
+    key: str
+    compares: dict[str, list[str | float]]
+    window: str | None = None
+
+
 ALERTS = {
-    "TritonStackModelDrift": ("modelDrift", "psi"),
-    "TritonStackModelDriftWarning": ("modelDriftWarning", "psi"),
-    "TritonStackGatewayLatencyHigh": ("gatewayLatency", "p99Seconds"),
-    "TritonStackGatewayErrorRateHigh": ("gatewayErrors", "ratio"),
-    "TritonStackTritonQueueTimeHigh": ("tritonQueue", "seconds"),
+    "TritonStackModelDrift": AlertSpec("modelDrift", {">": ["psi"]}),
+    "TritonStackModelDriftWarning": AlertSpec("modelDriftWarning", {">": ["psi"]}),
+    "TritonStackGatewayLatencyHigh": AlertSpec("gatewayLatency", {">": ["p99Seconds"]}),
+    "TritonStackGatewayErrorRateHigh": AlertSpec("gatewayErrors", {">": ["ratio"]}),
+    "TritonStackTritonQueueTimeHigh": AlertSpec("tritonQueue", {">": ["seconds"]}),
+    "TritonStackGatewayLabelsUnmatched": AlertSpec(
+        "labelsUnmatched", {">": ["ratio"], ">=": ["minLabels"]}, window="window"
+    ),
+    "TritonStackGatewayQualityNearThreshold": AlertSpec(
+        "qualityNearThreshold", {"<": ["warnMargin"], ">=": ["minLabeledRows"], "==": [1]}
+    ),
+    "TritonStackGatewayEvidenceLost": AlertSpec("evidenceLost", {">": [0]}, window="window"),
+    "TritonStackGatewayFallbackActive": AlertSpec("fallbackActive", {"==": [1], ">": [], "<": []}),
 }
 ALERT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -243,21 +206,24 @@ def check_alerts(release: Release, values: dict[str, Any]) -> dict[str, promql_p
     config = values["monitoring"]["prometheusRule"]
     rules = alerting_rules(release)
     recorded = set(recording_rules(release))
-    enabled = {name for name, (key, _) in ALERTS.items() if config["alerts"][key]["enabled"]}
+    enabled = {name for name, spec in ALERTS.items() if config["alerts"][spec.key]["enabled"]}
     assert set(rules) == enabled
     parsed = {}
     for name, rule in rules.items():
-        key, threshold = ALERTS[name]
-        alert = config["alerts"][key]
+        spec = ALERTS[name]
+        alert = config["alerts"][spec.key]
         assert ALERT_NAME.match(name)
         expr = parsed[name] = promql_parser.parse(rule["expr"])  # ValueError on bad syntax
         used = {s.name for s in selectors(expr) if s.name}
         assert used and unknown_metrics(used - recorded) == set(), (name, used)
-        assert comparisons(expr, ">") == [alert[threshold]], (name, rule["expr"])
+        for op, compared in spec.compares.items():
+            expected = [alert[c] if isinstance(c, str) else c for c in compared]
+            assert comparisons(expr, op) == expected, (name, op, rule["expr"])
         assert rule["for"] == alert["for"]
         assert rule["labels"] == {"severity": alert["severity"], **config["alertLabels"]}
         assert rule["annotations"]["summary"] and rule["annotations"]["description"]
-        assert ranges(expr) <= {promql_parser.parse_duration(config["rateWindow"])}
+        window = alert[spec.window] if spec.window else config["rateWindow"]
+        assert ranges(expr) <= {promql_parser.parse_duration(window)}, name
     return parsed
 
 
@@ -308,6 +274,15 @@ def test_alert_values_change_the_rules(chart: Chart) -> None:
                     "gatewayLatency": {"p99Seconds": 0.1},
                     "gatewayErrors": {"ratio": 0.05, "causes": ["triton_unavailable"]},
                     "tritonQueue": {"seconds": 0.002, "for": "15m"},
+                    "labelsUnmatched": {
+                        "ratio": 0.5,
+                        "minLabels": 1000,
+                        "window": "2h",
+                        "severity": "warning",
+                    },
+                    "qualityNearThreshold": {"warnMargin": 0.05, "minLabeledRows": 1000, "for": "30m"},
+                    "evidenceLost": {"enabled": False},
+                    "fallbackActive": {"for": "2m", "severity": "page"},
                 },
             }
         },
@@ -331,6 +306,9 @@ def test_alert_values_change_the_rules(chart: Chart) -> None:
         runbook = rules[name]["annotations"]["runbook_url"]
         assert runbook == f"https://runbooks.example.com/triton-stack#{name.lower()}"
     assert ranges(parsed["TritonStackTritonQueueTimeHigh"]) == {timedelta(minutes=2)}
+    assert ranges(parsed["TritonStackGatewayLabelsUnmatched"]) == {timedelta(hours=2)}
+    assert "TritonStackGatewayEvidenceLost" not in parsed
+    assert rules["TritonStackGatewayFallbackActive"]["labels"]["severity"] == "page"
     error_rate = parsed["TritonStackGatewayErrorRateHigh"]
     errors = [s for s in selectors(error_rate) if s.name == "gateway_errors_total"]
     assert [matchers(s)["cause"] for s in errors] == [("MatchOp.Re", "triton_unavailable")]

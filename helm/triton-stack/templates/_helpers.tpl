@@ -152,6 +152,16 @@ cluster half-applied.
 {{- if and .Values.gateway.autoscaling.enabled (gt (int .Values.gateway.autoscaling.minReplicas) (int .Values.gateway.autoscaling.maxReplicas)) }}
 {{- fail "gateway.autoscaling.minReplicas must not exceed maxReplicas" }}
 {{- end }}
+{{- $log := .Values.gateway.payloadLog }}
+{{- if and $log.url $log.persistence.enabled }}
+{{- fail "gateway.payloadLog: set either url (an object store) or persistence.enabled (a volume the chart creates), not both" }}
+{{- end }}
+{{- if and (or $log.url $log.persistence.enabled) $log.hashKeys (not (or $log.salt.existingSecret $log.existingSecret)) }}
+{{- fail "gateway.payloadLog.hashKeys needs a salt: a Secret in payloadLog.salt.existingSecret (or payloadLog.existingSecret) holding it under payloadLog.salt.key" }}
+{{- end }}
+{{- if and $log.endpointUrl (not (hasPrefix "s3://" $log.url)) }}
+{{- fail "gateway.payloadLog.endpointUrl is the endpoint of an S3-compatible store: it needs an s3:// url" }}
+{{- end }}
 {{- end }}
 
 {{/*
@@ -279,6 +289,15 @@ The Triton container's env entries (triton.env, NAME: value, in name order), or 
 
 {{- define "triton-stack.gateway.feastConfigName" -}}
 {{- include "triton-stack.componentName" (dict "ctx" . "component" "gateway-feast") }}
+{{- end }}
+
+{{/* Where the payload log's shared volume is mounted (gateway.payloadLog.persistence). */}}
+{{- define "triton-stack.gateway.payloadLogDir" -}}
+/var/lib/gateway/payload-log
+{{- end }}
+
+{{- define "triton-stack.gateway.payloadLogClaim" -}}
+{{- include "triton-stack.componentName" (dict "ctx" . "component" "gateway-payload-log") }}
 {{- end }}
 
 {{/* Where the pod-local Feast registry lives when gateway.feast.registry is empty (an emptyDir). */}}
