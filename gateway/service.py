@@ -60,11 +60,14 @@ class Service:
         payload_log = open_payload_log(settings, features)
         predictor = Predictor(settings, triton, features)
         evidence = open_store(settings, features.redis_connection())
-        writer = EvidenceWriter(evidence)
-        writer.start()
-        quality = QualityMonitor(evidence, writer)
+        writer = quality = None
+        if evidence is not None:
+            writer = EvidenceWriter(evidence)
+            writer.start()
+            quality = QualityMonitor(evidence, writer)
         shadow = None
-        if settings.shadow:  # the payload log then hears of shadowed batches once both answered
+        if settings.shadow and evidence is not None and writer is not None:
+            # the payload log then hears of shadowed batches once both answered
             watchers = Watchers(log=payload_log, quality=quality)
             shadow = ShadowRunner(
                 settings.shadow,
@@ -78,7 +81,7 @@ class Service:
             )
         predictor.observers = tuple(o for o in (drift, quality, shadow or payload_log) if o is not None)
         fallback = None
-        if settings.fallback:
+        if settings.fallback and evidence is not None and quality is not None:
             fallback = FallbackSwitch(
                 settings.fallback,
                 evidence,
@@ -103,13 +106,17 @@ class Service:
             writer=writer,
             fallback=fallback,
         )
+        if evidence is not None:
+            _zero_counters(models)
         candidates = (DriftCollector(drift),) if drift is not None else ()
         service._collectors = tuple(c for c in candidates if _register(c))
         return service
 
     def quality_monitor(self) -> QualityMonitor:
         if self.quality is None:
-            raise Unavailable("this gateway keeps no predictions for feedback", cause="quality_off")
+            raise Unavailable(
+                "this gateway keeps no predictions for feedback (GATEWAY_STATE_URL=off)", cause="quality_off"
+            )
         return self.quality
 
     def fallback_switch(self, model: str) -> FallbackSwitch:
@@ -177,3 +184,17 @@ def _register(collector: Collector) -> bool:
         logging.getLogger("gateway").warning("%s metrics are already registered", type(collector).__name__)
         return False
     return True
+
+
+def _zero_counters(models: tuple[str, ...]) -> None:
+    """Each served model's evidence counters from 0, so Prometheus's ``increase()`` sees their
+    first loss or first unknown label (a series born at 1 has no increase to see)."""
+    from gateway import metrics
+    from gateway.quality import prom
+    from gateway.quality.feedback import OUTCOMES
+
+    for model in models:
+        for what in ("prediction", "challenger", "shadow"):
+            metrics.EVIDENCE_LOST.labels(model, what)
+        for outcome in OUTCOMES:
+            prom.FEEDBACK_LABELS.labels(model, outcome)

@@ -140,11 +140,20 @@ class GatewaySettings(BaseSettings):
     @field_validator("state_url")
     @classmethod
     def _state_scheme(cls, url: str | None) -> str | None:
-        if url is not None and not url.startswith(("redis://", "rediss://", "sqlite:///")):
+        if url is not None and url != "off" and not url.startswith(("redis://", "rediss://", "sqlite:///")):
             raise ValueError(
-                f"{url!r}: the shared store is redis://host:port[/db], rediss://... or sqlite:///path"
+                f"{url!r}: the shared store is redis://host:port[/db], rediss://..., sqlite:///path or off"
             )
         return url
+
+    @model_validator(mode="after")
+    def _evidence_for_shadow_and_fallback(self) -> GatewaySettings:
+        if self.state_url == "off" and (self.shadow or self.fallback):
+            raise ValueError(
+                "GATEWAY_SHADOW and GATEWAY_FALLBACK keep their evidence in the shared store: "
+                "GATEWAY_STATE_URL cannot be off"
+            )
+        return self
 
     @model_validator(mode="after")
     def _warn_below_alert(self) -> GatewaySettings:
@@ -191,6 +200,7 @@ class GatewaySettings(BaseSettings):
     # labeled pairs, shadow counts, the fallback decision. redis://host:port[/db] or
     # sqlite:///path; default: the Feast online store's Redis (its own key prefix) on the Redis
     # profile, else a SQLite file in the temp folder that every worker of this port shares.
+    # "off": no predictions are remembered (feedback answers 503; no shadow, no fallback).
     state_url: str | None = None
     # How long a prediction waits for its label (fraud labels come weeks later); an older
     # label is "expired". Redis memory: ~200 bytes a prediction (docs/quality.md).

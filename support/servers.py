@@ -162,9 +162,12 @@ class Gateway:
 
 
 @contextmanager
-def gateway_process(workdir: Path, env: dict[str, str], *, wait_ready: bool = True) -> Iterator[Gateway]:
-    """`gateway serve` as a user runs it, configured through GATEWAY_* env vars."""
-    http_port, grpc_port = free_port(), free_port()
+def gateway_process(
+    workdir: Path, env: dict[str, str], *, wait_ready: bool = True, ports: tuple[int, int] | None = None
+) -> Iterator[Gateway]:
+    """`gateway serve` as a user runs it, configured through GATEWAY_* env vars; ``ports``: its
+    HTTP and gRPC ports (a replica restarted where a load balancer expects it), else free ones."""
+    http_port, grpc_port = ports or (free_port(), free_port())
     log = workdir / f"gateway-{http_port}.log"
     full_env = {**os.environ, "GATEWAY_PORT": str(http_port), "GATEWAY_GRPC_PORT": str(grpc_port), **env}
     with log.open("wb") as out:
@@ -188,7 +191,16 @@ def gateway_process(workdir: Path, env: dict[str, str], *, wait_ready: bool = Tr
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise ServerStartError(f"gateway not answering {path} within 90 s:\n{gw.log_text()}")
+                try:
+                    with urllib.request.urlopen(gw.url + path, timeout=5) as resp:
+                        said = resp.read().decode(errors="replace")
+                except urllib.error.HTTPError as err:
+                    said = err.read().decode(errors="replace")
+                except OSError as err:
+                    said = repr(err)
+                raise ServerStartError(
+                    f"gateway not answering {path} within 90 s (it said {said}):\n{gw.log_text()}"
+                )
             time.sleep(0.2)
         yield gw
     finally:

@@ -25,10 +25,13 @@ def default_sqlite(settings: GatewaySettings) -> Path:
     return Path(tempfile.gettempdir()) / f"gateway-evidence-{settings.port}-{repo}.sqlite"
 
 
-def open_store(settings: GatewaySettings, feast_redis: str | None) -> EvidenceStore:
-    """``feast_redis``: the online store's Redis connection string, None on another store."""
+def open_store(settings: GatewaySettings, feast_redis: str | None) -> EvidenceStore | None:
+    """``feast_redis``: the online store's Redis connection string, None on another store.
+    None: ``GATEWAY_STATE_URL=off``."""
     ttl, cap = settings.state_ttl_s, settings.state_pairs_per_version
     url = settings.state_url
+    if url == "off":
+        return None
     if url is None:
         if feast_redis is not None:
             return RedisEvidence(feast_redis, ttl, cap)

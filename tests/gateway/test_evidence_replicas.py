@@ -220,17 +220,16 @@ def test_three_gateways_on_redis_behind_haproxy_and_one_killed_mid_run(
         GATEWAY_REDIS_URL=on_redis.redis.address,
     )
     ports = [(servers.free_port(), servers.free_port()) for _ in range(3)]
-    envs = [{**env, "GATEWAY_PORT": str(h), "GATEWAY_GRPC_PORT": str(g)} for h, g in ports]
     with (
-        servers.gateway_process(tmp_path, envs[0]),
-        servers.gateway_process(tmp_path, envs[1]) as second,
-        servers.gateway_process(tmp_path, envs[2]),
+        servers.gateway_process(tmp_path, env, ports=ports[0]),
+        servers.gateway_process(tmp_path, env, ports=ports[1]) as second,
+        servers.gateway_process(tmp_path, env, ports=ports[2]),
         haproxy([f"127.0.0.1:{h}" for h, _ in ports], tmp_path, health_path="/healthz") as balancer,
     ):
         answers = predict_each_on_its_own_connection(balancer.url, rows[: N // 2])
         os.killpg(second.proc.pid, signal.SIGKILL)  # a replica dies: what it served is in Redis
         second.proc.wait()
-        with servers.gateway_process(tmp_path, envs[1]):  # and comes back on its port
+        with servers.gateway_process(tmp_path, env, ports=ports[1]):  # and comes back on its port
             answers += predict_each_on_its_own_connection(balancer.url, rows[N // 2 :])
             check_one_truth(balancer.url, answers, versions)
 

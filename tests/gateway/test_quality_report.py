@@ -136,6 +136,7 @@ def test_json_report_by_prediction_id(logged: Logged, tmp_path: Path) -> None:
         "conflicting": 1,
         "unknown": 1,
         "invalid": 1,
+        "expired": 0,  # the live API's outcome for a label past the store's TTL; never offline
     }
     versions = metrics_of(report)
     assert list(versions) == [
@@ -175,6 +176,7 @@ def test_labels_by_entity_and_time(logged: Logged, tmp_path: Path) -> None:
         "conflicting": 1,
         "unknown": 2,
         "invalid": 0,
+        "expired": 0,
     }
     rows_by = {(v.model, v.version, v.role): v.rows for v in built.report.versions}
     assert rows_by == {

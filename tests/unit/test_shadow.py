@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,6 +17,8 @@ import pytest
 
 from gateway.catalog import ModelSpec, spec_from_config
 from gateway.errors import Unavailable
+from gateway.evidence.sqlite_store import SqliteEvidence
+from gateway.evidence.writer import EvidenceWriter
 from gateway.observe import Observation
 from gateway.payload_log.layout import to_table
 from gateway.responses import predictions
@@ -109,10 +113,23 @@ def runner(
     async def no_other_model(name: str) -> ModelSpec:
         raise AssertionError("no other model is resolved here")
 
+    store = SqliteEvidence(Path(tempfile.mkdtemp()) / "evidence.sqlite", 3600, 50_000)
     shadow = ShadowRunner(
-        {"m": target}, in_flight, triton, resolve or no_other_model, Watchers(log=collected)
-    )  # type: ignore[arg-type]
+        {"m": target},
+        in_flight,
+        triton,  # type: ignore[arg-type]
+        resolve or no_other_model,
+        Watchers(log=collected),
+        store,
+        EvidenceWriter(store),
+    )
     return shadow, collected
+
+
+async def read_report(shadow: ShadowRunner, spec: ModelSpec) -> dict[str, Any]:
+    """The report as any replica reads it: once the writer has sent this one's counts."""
+    await shadow.writer.flush()
+    return await shadow.report(spec, "5m")
 
 
 async def settle(shadow: ShadowRunner) -> None:
@@ -139,7 +156,7 @@ def test_agreement_difference_and_psi_equal_the_tests_own_figures() -> None:
             shadow.observe(observation(spec, chunk))
         await settle(shadow)
         assert len(collected.seen) == 25
-        return shadow.report(spec, "5m")
+        return await read_report(shadow, spec)
 
     report = asyncio.run(run())
     p1 = probability("1", amounts.astype(np.float32).astype(np.float64)).astype(np.float32).astype(np.float64)
@@ -173,7 +190,7 @@ def test_a_saturated_challenger_drops_batches_and_counts_them() -> None:
         logged_while_held = [len(collected.seen)]
         triton.gate.set()
         await settle(shadow)
-        return shadow.report(spec, "5m"), collected, triton, logged_while_held
+        return await read_report(shadow, spec), collected, triton, logged_while_held
 
     report, collected, triton, held = asyncio.run(run())
     assert len(triton.calls) == 2  # the third batch found both calls busy, and the rest too
@@ -193,7 +210,7 @@ def test_a_failing_challenger_is_counted_with_its_reason_and_raises_nowhere() ->
         shadow, collected = runner(triton, ShadowTarget())
         shadow.observe(observation(spec, np.full(4, 10.0)))
         await settle(shadow)
-        return shadow.report(spec, "5m"), collected
+        return await read_report(shadow, spec), collected
 
     report, collected = asyncio.run(run())
     assert report["error_rows"] == 4 and report["rows"] == 0 and report["error_rate"] == 1
@@ -210,7 +227,7 @@ def test_a_challenger_that_cannot_be_compared_says_why() -> None:
         shadow, _ = runner(StandInTriton(versions=("1",)), ShadowTarget())
         shadow.observe(observation(spec, np.full(2, 10.0)))
         await settle(shadow)
-        return shadow.report(spec, "5m")
+        return await read_report(shadow, spec)
 
     report = asyncio.run(alone())
     assert report["error_rows"] == 2
@@ -226,7 +243,7 @@ def test_a_challenger_that_cannot_be_compared_says_why() -> None:
         shadow, _ = runner(StandInTriton(), ShadowTarget(model="other"), resolve=resolve)
         shadow.observe(observation(spec, np.full(2, 10.0)))
         await settle(shadow)
-        return shadow.report(spec, "5m")
+        return await read_report(shadow, spec)
 
     report = asyncio.run(other())
     assert report["error_rows"] == 2 and "has the classes" in report["last_error"]
@@ -240,7 +257,7 @@ def test_share_mirrors_about_that_share_of_requests_whole() -> None:
         for _ in range(100):  # batches of 10 requests of 2 rows each
             shadow.observe(observation(spec, np.full(20, 30.0), request_rows=(2,) * 10))
         await settle(shadow)
-        return shadow.report(spec, "5m")
+        return await read_report(shadow, spec)
 
     report = asyncio.run(run())
     requests = report["rows"] / 2
@@ -256,7 +273,7 @@ def test_unshadowed_models_reach_the_payload_log_at_once_and_the_report_says_off
         shadow, collected = runner(StandInTriton(), ShadowTarget())
         shadow.observe(observation(spec, np.full(2, 10.0)))
         assert not shadow._tasks
-        return shadow.report(spec, "1h"), collected
+        return await shadow.report(spec, "1h"), collected
 
     report, collected = asyncio.run(run())
     assert report["enabled"] is False and "GATEWAY_SHADOW" in report["reason"]
