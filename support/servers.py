@@ -211,3 +211,53 @@ def gateway_process(
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+@dataclass
+class S3Server:
+    """An S3 API on loopback: moto's server (``python -m moto.server``), buckets in its memory."""
+
+    endpoint: str  # http://127.0.0.1:PORT, as AWS_ENDPOINT_URL takes it
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@contextmanager
+def s3_server(workdir: Path, *, timeout: float = 30) -> Iterator[S3Server]:
+    """moto's S3 server on a free loopback port, stopped on exit (its buckets go with it). It
+    accepts any access key: give clients one anyway, as against a real store."""
+    port = free_port()
+    log = workdir / f"moto-s3-{port}.log"
+    argv = [sys.executable, "-m", "moto.server", "--host", "127.0.0.1", "--port", str(port)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv, cwd=workdir, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    server = S3Server(f"http://127.0.0.1:{port}", proc, log)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            if proc.poll() is not None:
+                raise ServerStartError(
+                    f"moto's S3 server exited with {proc.returncode} (moto is pinned in "
+                    f"requirements/project.lock: make setup installs it):\n{log.read_text(errors='replace')}"
+                )
+            try:
+                if http_status(f"{server.endpoint}/moto-api/", timeout=2) == 200:  # its dashboard
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise ServerStartError(
+                    f"moto's S3 server not answering within {timeout:g} s:\n{log.read_text(errors='replace')}"
+                )
+            time.sleep(0.1)
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
