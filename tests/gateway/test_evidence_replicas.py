@@ -90,12 +90,9 @@ def rows(stack: Stack) -> list[dict[str, Any]]:
 
 
 def env_for(stack: Stack, **extra: str) -> dict[str, str]:
+    shadow = {"GATEWAY_SHADOW": json.dumps({NAME: {"share": 1.0}})}
     return gateway_env(
-        stack,
-        GATEWAY_MODELS=f'["{NAME}"]',
-        GATEWAY_MISSING_ENTITIES="default",
-        GATEWAY_SHADOW=json.dumps({NAME: {"share": 1.0}}),
-        **extra,
+        stack, GATEWAY_MODELS=f'["{NAME}"]', GATEWAY_MISSING_ENTITIES="default", **{**shadow, **extra}
     )
 
 
@@ -227,6 +224,9 @@ def test_three_gateways_on_redis_behind_haproxy_and_one_killed_mid_run(
         haproxy([f"127.0.0.1:{h}" for h, _ in ports], tmp_path, health_path="/healthz") as balancer,
     ):
         answers = predict_each_on_its_own_connection(balancer.url, rows[: N // 2])
+        # what a replica has sent to the store survives it (a SIGKILL takes only what it had not
+        # sent yet: the last second's shadow counts, the last millisecond's answers)
+        wait_for_shadow_rows(balancer.url, N // 2)
         os.killpg(second.proc.pid, signal.SIGKILL)  # a replica dies: what it served is in Redis
         second.proc.wait()
         with servers.gateway_process(tmp_path, env, ports=ports[1]):  # and comes back on its port
@@ -239,10 +239,11 @@ def test_the_shared_store_down_costs_evidence_never_a_prediction(
 ) -> None:
     """The online store is SQLite here and the evidence a Redis of its own, so only the
     evidence goes away: predictions answer 200, the loss is counted, feedback says 503."""
-    with servers.redis_server(tmp_path) as evidence:
+    with servers.redis_server(tmp_path, appendonly=True) as evidence:  # a Redis that keeps its data
         env = env_for(stack, GATEWAY_STATE_URL=f"redis://{evidence.address}/0")
         with servers.gateway_process(tmp_path, env) as gw:
             before = predict_each_on_its_own_connection(gw.url, rows[:20])
+            time.sleep(0.3)  # the writer's round trip: these are remembered now
             evidence.kill()
             during = predict_each_on_its_own_connection(gw.url, rows[20:60])  # asserts every 200
             time.sleep(1.5)  # the writer's next round trip fails
