@@ -361,10 +361,11 @@ def create_app(service: Service) -> ASGIApp:
         # labels for predictions any replica answered, by the ids it returned (docs/quality.md)
         try:
             service.auth.check(request.headers.get("x-api-key"), request.headers.get("authorization"))
-            body = parse_json(await _bounded_body(request, service.settings.max_body_bytes))
-            items = parse_feedback(body)
-            spec = await service.predictor.spec(model)
-            result = await service.quality_monitor().feedback(spec, items)
+            async with service.labels.turn():  # predictions first: one label batch at a time
+                body = parse_json(await _bounded_body(request, service.settings.max_body_bytes))
+                items = parse_feedback(body)
+                spec = await service.predictor.spec(model)
+                result = await service.quality_monitor().feedback(spec, items)
         except GatewayError as exc:
             return _error_response(exc)
         return Response(to_json(result.to_dict()), media_type="application/json")

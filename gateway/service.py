@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import REGISTRY
 from prometheus_client.registry import Collector
@@ -21,6 +21,7 @@ from gateway.evidence.writer import EvidenceWriter
 from gateway.fallback.switch import FallbackSwitch
 from gateway.features import OnlineFeatures
 from gateway.payload_log import PayloadLog, open_payload_log
+from gateway.quality.feedback import LabelGate
 from gateway.quality.live import QualityMonitor
 from gateway.request import EntityRow
 from gateway.settings import GatewaySettings
@@ -41,6 +42,7 @@ class Service:
     evidence: EvidenceStore | None = None  # what every replica shares (gateway/evidence/)
     writer: EvidenceWriter | None = None
     fallback: FallbackSwitch | None = None  # None: no GATEWAY_FALLBACK
+    labels: LabelGate = field(default_factory=LabelGate)  # feedback requests, one at a time
     _collectors: tuple[Collector, ...] = ()
 
     @classmethod

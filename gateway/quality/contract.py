@@ -100,14 +100,14 @@ def _number(raw: object) -> float | None:
     """A finite float from a number or its text; None for anything else (a bool included)."""
     if isinstance(raw, bool):
         return None
-    if isinstance(raw, int | float | np.integer | np.floating):
-        value = float(raw)
-    elif isinstance(raw, str):
-        try:
+    try:
+        if isinstance(raw, int | float | np.integer | np.floating):
+            value = float(raw)
+        elif isinstance(raw, str):
             value = float(raw.strip())
-        except ValueError:
+        else:
             return None
-    else:
+    except (ValueError, OverflowError):  # "abc"; an integer past float's range (10**999)
         return None
     return value if math.isfinite(value) else None
 

@@ -11,10 +11,13 @@ fits the model (a class, a finite number) is per item and never fails the reques
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from gateway.errors import BadRequest, InvalidInput, TooLarge
+from gateway.errors import BadRequest, InvalidInput, TooLarge, Unavailable
 
 MAX_ITEMS: Final = 10_000
 MAX_ERRORS: Final = 20  # the result lists this many refused items; the counts have them all
@@ -94,3 +97,36 @@ def _item(index: int, raw: Any) -> FeedbackItem:
             f"{where}.label must be a number, text, true/false or a list of numbers", field=f"{where}.label"
         )
     return FeedbackItem(item_id, label)
+
+
+class LabelsBusy(Unavailable):
+    """More label requests are waiting than the gateway takes at once: send again shortly."""
+
+    retry_after = 1
+
+
+class LabelGate:
+    """Predictions come first: label requests are taken one at a time per process, and past
+    ``max_waiting`` waiting ones the next is a 503 with Retry-After before its body is read, so
+    a label flood (a backfill, a retrying sender) costs the predict path one label batch at a
+    time, never the event loop. A sender that retries on 503, as it must for any outage, loses
+    nothing."""
+
+    def __init__(self, max_waiting: int = 16) -> None:
+        self.max_waiting = max_waiting
+        self._waiting = 0
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        if self._waiting >= self.max_waiting:
+            raise LabelsBusy(
+                f"{self._waiting} label requests are already waiting on this replica; send again in a second",
+                cause="labels_busy",
+            )
+        self._waiting += 1
+        try:
+            async with self._lock:
+                yield
+        finally:
+            self._waiting -= 1

@@ -60,6 +60,37 @@ def test_hostile_http_bodies_are_4xx_with_a_json_error(gateway: servers.Gateway,
     assert predict(gateway, {"rows": ROWS}).status_code == 200, "the gateway stopped serving"
 
 
+FEEDBACK_HOSTILE: dict[str, tuple[bytes, int, str]] = {  # body, status, the first label's outcome
+    "a label of 10**999 (valid JSON, past float's range)": (b'"label": 1' + b"0" * 999, 200, "invalid"),
+    "a label of -10**999": (b'"label": -1' + b"0" * 999, 200, "invalid"),
+    "a label of 1e999 (infinite as a float)": (b'"label": 1e999', 200, "invalid"),
+    "a label that is an object": (b'"label": {"a": 1}', 422, ""),
+    "a label nested 10,000 deep": (b'"label": ' + b"[" * 10_000 + b"]" * 10_000, 400, ""),
+}
+
+
+@pytest.mark.parametrize("name", list(FEEDBACK_HOSTILE))
+def test_hostile_labels_are_an_outcome_or_a_4xx_never_a_500(gateway: servers.Gateway, name: str):
+    label, status, outcome = FEEDBACK_HOSTILE[name]
+    body = (
+        b'{"labels": [{"id": "0123456789abcdef0123456789abcdef-0", '
+        + label
+        + b'}, {"id": "x-1", "label": 1}]}'
+    )
+    resp = requests.post(
+        f"{gateway.url}/v1/models/{MODEL}/feedback",
+        data=body,
+        headers={"content-type": "application/json"},
+        timeout=10,
+    )
+    assert resp.status_code == status, resp.text
+    if outcome:  # one item's bad label is its own outcome: the other item is judged as usual
+        assert resp.json()["errors"][0]["outcome"] == outcome and resp.json()["unknown"] == 1
+    else:
+        assert resp.json()["error"]
+    assert predict(gateway, {"rows": ROWS}).status_code == 200, "the gateway stopped serving"
+
+
 def _grpc_hostile() -> list[bytes]:
     row_with_bad_key = b"\x0a\x03\x0a\x01\xff"  # Row{fields{key: b"\xff"}}: not UTF-8
     fixed = [

@@ -302,9 +302,15 @@ def test_regression_labels_are_finite_numbers(make: Any) -> None:
     monitor.observe(observation(s, [Prediction(False, value=v) for v in (1.0, 2.0, 3.0)], ["a", "b", "c"]))
     result = monitor.feedback(
         s, [FeedbackItem("a", 2), FeedbackItem("b", "1.5"), FeedbackItem("c", math.inf),
-            FeedbackItem("c", "abc"), FeedbackItem("c", True), FeedbackItem("c", math.nan)]
+            FeedbackItem("c", "abc"), FeedbackItem("c", True), FeedbackItem("c", math.nan),
+            FeedbackItem("c", 10**999), FeedbackItem("c", -(10**999))]  # past float's range: invalid
     )  # fmt: skip
-    assert result.counts["accepted"] == 2 and result.counts["invalid"] == 4
+    assert result.counts["accepted"] == 2 and result.counts["invalid"] == 6
+    # a classifier's label past float's range is no class: invalid, the batch's others accepted
+    binary = spec(name="huge-labels")
+    monitor.observe(observation(binary, scored([0.9, 0.1]), ["h1", "h2"]))
+    huge = monitor.feedback(binary, [FeedbackItem("h1", 10**999), FeedbackItem("h2", 0)])
+    assert (huge.counts["invalid"], huge.counts["accepted"]) == (1, 1)
     assert monitor.report(s, "1h").versions[0].metrics == {"mae": pytest.approx(0.75), "rmse": pytest.approx(
         math.sqrt((1 + 0.25) / 2))}  # fmt: skip
 
