@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from gateway.catalog import ModelSpec, spec_from_config
-from gateway.errors import Unavailable
+from gateway.errors import ModelNotFound, Unavailable
 from gateway.evidence.sqlite_store import SqliteEvidence
 from gateway.evidence.writer import EvidenceWriter
 from gateway.observe import Observation
@@ -218,6 +218,39 @@ def test_a_failing_challenger_is_counted_with_its_reason_and_raises_nowhere() ->
     assert report["agreement"] is None and report["difference"] is None
     (logged,) = collected.seen
     assert logged.challenger is not None and logged.challenger.predictions == [None] * 4
+
+
+def test_a_challenger_that_goes_away_and_comes_back_keeps_the_whole_window() -> None:
+    """Unloaded from Triton for a while, then loaded again: the rows compared before, the failed
+    ones during and the compared ones after are all in the window, under the same pair (the
+    challenger is never reported as the champion itself, nor as version "")."""
+    spec = binary_spec()
+
+    async def run() -> tuple[dict[str, Any], dict[str, Any]]:
+        triton = StandInTriton()
+        shadow, _ = runner(triton, ShadowTarget())
+        for _ in range(5):
+            shadow.observe(observation(spec, np.full(4, 60.0)))  # 20 compared
+        await settle(shadow)
+        triton.versions = ["1"]  # the challenger is unloaded
+        triton.failure = ModelNotFound("Triton has no version 2 of 'm'")
+        for _ in range(3):
+            shadow.observe(observation(spec, np.full(4, 60.0)))  # 12 failed
+            await settle(shadow)
+        during = await read_report(shadow, spec)
+        triton.versions, triton.failure = ["1", "2"], None  # loaded again
+        shadow._plans.clear()  # as the plan's TTL would, sooner
+        for _ in range(2):
+            shadow.observe(observation(spec, np.full(4, 60.0)))  # 8 compared
+        await settle(shadow)
+        return during, await read_report(shadow, spec)
+
+    during, after = asyncio.run(run())
+    assert (during["rows"], during["error_rows"]) == (20, 12)
+    assert during["challenger"] == {"model": "m", "version": "2"}
+    assert (after["rows"], after["error_rows"], after["mirrored_rows"]) == (28, 12, 40)
+    assert after["challenger"] == {"model": "m", "version": "2"}
+    assert after["error_rate"] == 12 / 40
 
 
 def test_a_challenger_that_cannot_be_compared_says_why() -> None:
