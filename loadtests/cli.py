@@ -45,6 +45,13 @@ class ShapeName(StrEnum):
 
 
 EXIT_CODE_HELP = "Exit codes: " + "; ".join(f"{code} {text}" for code, text in EXIT_CODES.items()) + "."
+# `loadtests evidence` sends no load: only the codes it can end with
+EVIDENCE_EXIT_CODE_HELP = (
+    "Exit codes: 0 every promotion criterion held; 2 bad command-line option (or no evidence "
+    "source); 3 the criteria file cannot be read or is invalid; "
+    + "; ".join(f"{code} {EXIT_CODES[code]}" for code in (6, 7))
+    + "."
+)
 
 app = typer.Typer(
     name="loadtests",
@@ -245,7 +252,7 @@ def _evidence_source(
     )
 
 
-@app.command("evidence", epilog=EXIT_CODE_HELP)
+@app.command("evidence", epilog=EVIDENCE_EXIT_CODE_HELP)
 def evidence(
     criteria: Annotated[
         str,

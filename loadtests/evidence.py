@@ -268,6 +268,23 @@ def _check_subject(kind: Kind, doc: ShadowReport | QualityReport, subject: Subje
         )
 
 
+def _one_report(data: dict[str, Any], model: str, where: str) -> dict[str, Any]:
+    """``gateway shadow --json`` (and ``gateway drift --json``) write ``{"reports": [...]}``, one
+    per model; the endpoint and ``gateway quality report --json`` write one report: either is
+    read, the model's report picked from a list."""
+    reports = data.get("reports")
+    if not isinstance(reports, list) or "model" in data:
+        return data
+    found = [r for r in reports if isinstance(r, dict) and r.get("model") == model]
+    if not found:
+        names = ", ".join(repr(r.get("model")) for r in reports if isinstance(r, dict)) or "none"
+        raise EvidenceUnavailableError(
+            f"{where} has reports of {names}, none of model {model!r}",
+            hint="pass --model as the file names it, or export the model's report (--model)",
+        )
+    return dict(found[0])
+
+
 def _load(source: EvidenceSource, subject: Subject, kind: Kind) -> ShadowReport | QualityReport:
     if source.gateway:
         data = fetch_document(source, subject, kind)
@@ -279,7 +296,7 @@ def _load(source: EvidenceSource, subject: Subject, kind: Kind) -> ShadowReport 
                 f"the criteria have a {kind} section but no --{kind} FILE was given",
                 hint=f"write it with `{PRODUCED_BY[kind]} > FILE`",
             )
-        data, where = read_document(path, kind), str(path)
+        data, where = _one_report(read_document(path, kind), subject.model, str(path)), str(path)
     doc = _parse(ShadowReport if kind == "shadow" else QualityReport, data, where)
     _check_subject(kind, doc, subject, where)
     return doc

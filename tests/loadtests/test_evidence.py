@@ -522,3 +522,25 @@ def test_the_release_workflow_runs_the_shadow_gate_between_load_gate_and_canary(
     help_text = run_cli("evidence", "--help").stdout
     assert flags and all(flag in help_text for flag in flags), flags
     assert "--challenger-version" in flags and "--gateway" in flags
+
+
+def test_the_files_gateway_shadow_json_writes_are_read_as_written(tmp_path: Path) -> None:
+    """``gateway shadow --json`` (what the docs say to write) wraps its reports as
+    ``{"reports": [...]}``, one per model: the model's report is picked from it."""
+    other = {**SHADOW, "model": "another-model"}
+    args = write_docs(tmp_path, {"reports": [other, SHADOW]}, QUALITY)
+    proc = run_cli("evidence", "--criteria", "promotion", *args, "--json")
+    assert proc.returncode == EXIT_PASS, proc.stderr
+    missing = write_docs(tmp_path, {"reports": [other]}, QUALITY)
+    proc = run_cli("evidence", "--criteria", "promotion", *missing)
+    assert proc.returncode == EXIT_EVIDENCE_UNAVAILABLE
+    assert "none of model 'fraud-detector'" in error_line(proc.stderr)
+
+
+def test_evidence_help_lists_its_own_exit_codes() -> None:
+    proc = run_cli("evidence", "--help")
+    help_text = " ".join(proc.stdout.split())
+    assert (
+        "0 every promotion criterion held" in help_text and "7 the evidence could not be fetched" in help_text
+    )
+    assert "Locust" not in help_text and "SLA line" not in help_text
