@@ -53,7 +53,7 @@ def _settings(**overrides: Any) -> Any:
     from gateway.settings import GatewaySettings
 
     try:
-        return GatewaySettings(**{k: v for k, v in overrides.items() if v is not None})
+        settings = GatewaySettings(**{k: v for k, v in overrides.items() if v is not None})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = f"setting {'.'.join(map(str, first['loc']))}: " if first["loc"] else ""
@@ -63,6 +63,13 @@ def _settings(**overrides: Any) -> Any:
         field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else "?"
         hint = 'a JSON object, e.g. GATEWAY_SHADOW=\'{"fraud-detector": {"share": 0.5}}\' (docs/gateway.md)'
         raise refuse(f"setting {field}: GATEWAY_{field.upper()} is not valid JSON", hint, 2) from None
+    if not (settings.feature_repo / "feature_store.yaml").is_file():
+        raise refuse(
+            f"{settings.feature_repo} is not a Feast feature repository (it has no feature_store.yaml)",
+            "pass --feature-repo DIR (the folder `feast apply` ran in), or set GATEWAY_FEATURE_REPO",
+            2,
+        )
+    return settings
 
 
 @app.command()

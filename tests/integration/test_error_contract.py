@@ -42,6 +42,7 @@ def assert_refusal(proc: subprocess.CompletedProcess[str], code: int, *words: st
     return errors[0]
 
 
+FEATURE_REPO = Path(__file__).resolve().parents[2] / "feature_repo"
 CASES: list[tuple[str, list[str], int, tuple[str, ...]]] = [
     # builder
     ("validate missing folder", ["builder", "validate", "--repo", "nope"], 7, ("--repo",)),
@@ -114,11 +115,25 @@ CASES: list[tuple[str, list[str], int, tuple[str, ...]]] = [
             "50",
             "--triton-url",
             "http://127.0.0.1:9",
+            "--feature-repo",
+            str(FEATURE_REPO),  # the README runs it from the project's root
         ],
         1,
         ("unreachable", "--triton-url"),
     ),
     ("serve bad port", ["gateway", "serve", "--port", "x"], 2, ("--port",)),
+    (
+        "serve missing feature repo",
+        ["gateway", "serve", "--feature-repo", "no-such-repo", "--port", "0"],
+        2,
+        ("no-such-repo", "--feature-repo"),
+    ),
+    (
+        "skew-check missing feature repo",
+        ["gateway", "skew-check", "--feature-repo", "no-such-repo"],
+        2,
+        ("no-such-repo", "--feature-repo"),
+    ),
     # loadtests
     ("gate no sla", ["loadtests", "gate", "--target", "http://127.0.0.1:9"], 2, ("--sla",)),
     (
