@@ -433,3 +433,21 @@ def _classes(name: str, kind: str, params: dict[str, str]) -> tuple[ClassLabel, 
     if kind == "multiclass" and len(raw) < 2:
         raise SpecError(f"model {name!r}: a multiclass model needs at least 2 classes, got {raw}")
     return tuple(raw)
+
+
+def incompatible(champion: ModelSpec, challenger: ModelSpec) -> str | None:
+    """Why ``challenger`` cannot answer the champion's inputs comparably (the same inputs,
+    kind and classes), or None: a shadowing challenger and a fallback must pass this."""
+    name = challenger.name
+    if (challenger.layout, challenger.input_name, challenger.columns) != (
+        champion.layout,
+        champion.input_name,
+        champion.columns,
+    ):
+        return f"challenger {name!r} takes other inputs than {champion.name!r} (columns, dtypes or layout)"
+    if challenger.kind != champion.kind:
+        return f"challenger {name!r} is a {challenger.kind} model; {champion.name!r} is {champion.kind}"
+    if challenger.classes != champion.classes:
+        theirs, ours = challenger.classes, champion.classes
+        return f"challenger {name!r} has the classes {theirs}; {champion.name!r} has {ours}"
+    return None

@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.catalog import ModelSpec
+from gateway.catalog import ModelSpec, incompatible
 from gateway.drift.monitor import window_seconds
 from gateway.errors import BadRequest, GatewayError, ModelNotFound
 from gateway.evidence.store import EvidenceStore
@@ -134,8 +134,6 @@ class FallbackSwitch:
     async def fallback_spec(self, champion: ModelSpec) -> ModelSpec:
         """The spec requests to ``champion``'s model are served with while switched; raises a
         GatewayError when the fallback cannot answer them."""
-        from gateway.shadow.runner import _incompatible
-
         rule = self.rules[champion.name]
         if rule.model is None or rule.model == champion.name:
             version = rule.version or ""
@@ -149,9 +147,9 @@ class FallbackSwitch:
                 champion, version=version, pinned_version=version, answered_by=champion.name
             )
         other = await self.resolve(rule.model)
-        problem = _incompatible(champion, other)
+        problem = incompatible(champion, other)
         if problem is not None:
-            raise BadRequest(f"fallback {problem}")
+            raise BadRequest(f"the fallback cannot stand in for the champion: {problem}")
         version = rule.version or other.pinned_version or other.version
         if rule.version is not None and rule.version not in await self.ready_versions(other.triton_model):
             raise ModelNotFound(f"fallback version {rule.version} of {rule.model!r} is not loaded")

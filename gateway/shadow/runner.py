@@ -38,7 +38,7 @@ import numpy as np
 
 from gateway import metrics
 from gateway.batching import join_rows, split_rows
-from gateway.catalog import ModelSpec
+from gateway.catalog import ModelSpec, incompatible
 from gateway.drift.monitor import window_seconds
 from gateway.drift.reference import Binned
 from gateway.errors import GatewayError, ModelNotFound
@@ -233,7 +233,7 @@ class ShadowRunner:
         except GatewayError as exc:
             return Plan(champion, target.version or "", None, f"challenger {model!r}: {exc.message}")
         version = target.version or spec.pinned_version
-        return Plan(spec, version, psi_bins(champion), _incompatible(champion, spec))
+        return Plan(spec, version, psi_bins(champion), incompatible(champion, spec))
 
     # -- counts and reports -------------------------------------------------------------------
 
@@ -344,23 +344,6 @@ def shadow_off(model: str, window: str, reason: str) -> dict[str, Any]:
 
 class _Incomparable(Exception):
     """The challenger cannot be compared (its plan's problem)."""
-
-
-def _incompatible(champion: ModelSpec, challenger: ModelSpec) -> str | None:
-    """Why ``challenger`` cannot answer the champion's inputs comparably, or None."""
-    name = challenger.name
-    if (challenger.layout, challenger.input_name, challenger.columns) != (
-        champion.layout,
-        champion.input_name,
-        champion.columns,
-    ):
-        return f"challenger {name!r} takes other inputs than {champion.name!r} (columns, dtypes or layout)"
-    if challenger.kind != champion.kind:
-        return f"challenger {name!r} is a {challenger.kind} model; {champion.name!r} is {champion.kind}"
-    if challenger.classes != champion.classes:
-        theirs, ours = challenger.classes, champion.classes
-        return f"challenger {name!r} has the classes {theirs}; {champion.name!r} has {ours}"
-    return None
 
 
 def _same_pair_once_known(old: Pair, new: Pair) -> bool:
