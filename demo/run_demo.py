@@ -4,8 +4,11 @@ builder serve (real Triton, no GPU) -> gateway serve -> predictions through the 
 HTTP and gRPC -> skew check -> release gate (Locust against the gateway, loose demo SLA) ->
 drift: a gateway with the payload log on, traffic like the training rows, then a burst with
 ``amount`` x3, the drift table after each, and the payload log's HTML report
-(demo/drift_step.py) -> release on evidence: a challenger version shadowed on live traffic,
-labels fed back, both versions' quality and the promotion gate's decision (demo/shadow_step.py).
+(demo/drift_step.py) -> release on evidence: a challenger version shadowed on live traffic by
+two gateway processes sharing one store, labels fed back, both versions' quality and the
+promotion gate's decision, then forged labels collapse the champion's quality, every process
+switches to the challenger (the CRITICAL fallback) and a reset brings the champion back
+(demo/shadow_step.py).
 
 The model reads numeric features and two strings: ``merchant_category`` from the feature store
 and the request's ``channel``. Its preprocessing (imputing, scaling, one-hot encoding) is part
@@ -22,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -49,6 +53,7 @@ REPORT = STATE / "drift-report.html"
 SHADOW_LOG = STATE / "shadow-log"
 QUALITY_REPORT = STATE / "quality-report.html"
 SHADOW_MODEL = "fraud-detector-challenger"
+SHADOW_STATE = STATE / "shadow-state.sqlite"  # step 10's shared store (GATEWAY_STATE_URL)
 ENTITY_KEYS = ("user_id", "merchant_id")
 console = Console(highlight=False)
 
@@ -124,9 +129,12 @@ def start_gateway(
     gp = {"http": free_port(8080), "grpc": free_port(50051)}
     args = ["serve", "--port", str(gp["http"]), "--grpc-port", str(gp["grpc"]), "--triton-url", triton_url]
     args += ["--feature-repo", str(FEATURES), "--model", MODEL]
-    settings = " ".join(f"{k}={v}" for k, v in (env or {}).items())
+    settings = " ".join(f"{k}={shlex.quote(v)}" for k, v in (env or {}).items())
     console.print(f"[dim]$ {settings + ' ' if settings else ''}gateway {' '.join(args)}[/]")
-    gateway = subprocess.Popen([sys.executable, "-m", "gateway", *args], env={**os.environ, **(env or {})})
+    # without PROMETHEUS_MULTIPROC_DIR: importing Feast set it in this process, and inherited it
+    # would switch the gateway's prometheus_client to multiprocess (mmap) values (benchmarks/README.md)
+    inherited = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    gateway = subprocess.Popen([sys.executable, "-m", "gateway", *args], env={**inherited, **(env or {})})
     try:
         wait_for("the gateway", lambda: http_status(f"http://127.0.0.1:{gp['http']}/readyz") == 200, gateway)
     except SystemExit:
@@ -264,11 +272,24 @@ def drift(triton_url: str, fs: Any) -> str:
 
 def shadow(triton_url: str, fs: Any) -> None:
     """The release-on-evidence step (demo/shadow_step.py): the promotion gate's decision is the
-    step's outcome, printed; a challenger that fails the criteria is no failure of the demo."""
+    step's outcome, printed; a challenger that fails the criteria is no failure of the demo.
+    Then the CRITICAL switch: forged labels collapse the champion's quality, every gateway
+    process serves the challenger, and a reset brings the champion back."""
     from demo import shadow_step as s
 
     shutil.rmtree(SHADOW_LOG, ignore_errors=True)
-    gateway, gp = start_gateway(triton_url, s.gateway_env(MODEL, str(SHADOW_LOG)))
+    for old in STATE.glob(f"{SHADOW_STATE.name}*"):  # this run's evidence only
+        old.unlink()
+    rule = s.FALLBACK
+    console.print(
+        f"{s.WORKERS} gateway processes on one port (the kernel spreads connections over them), sharing "
+        f"one store ({SHADOW_STATE.relative_to(ROOT)}: predictions awaiting labels, labeled pairs, shadow "
+        f"counts, the fallback decision); the CRITICAL switch armed: should the champion's "
+        f"{str(rule['metric']).upper()} over the last {rule['window']} of labels fall below "
+        f"{rule['threshold']} (at least {rule['min_labels']} labels), every process serves "
+        f"{SHADOW_MODEL} instead"
+    )
+    gateway, gp = start_gateway(triton_url, s.gateway_env(MODEL, str(SHADOW_LOG), str(SHADOW_STATE)))
     url = f"http://127.0.0.1:{gp['http']}"
     try:
         rows, labels = s.held_out_rows(fs, s.ROWS)
@@ -280,12 +301,24 @@ def shadow(triton_url: str, fs: Any) -> None:
         s.wait_compared(url, MODEL, len(rows))
         s.run_cli(console, "gateway", "shadow", "--url", url, "--model", MODEL, "--window", s.WINDOW)
         console.print(f"\nthe labels arrive (the data generator's is_fraud), by prediction id: {ids[0]}, ...")
-        body = {"labels": [{"id": i, "label": y} for i, y in zip(ids, labels, strict=True)]}
-        console.print(f"[dim]$ POST {url}/v1/models/{MODEL}/feedback ({len(ids)} labels)[/]")
-        status, outcome = http_json(f"{url}/v1/models/{MODEL}/feedback", body)
-        if status != 200:
-            sys.exit(f"demo: feedback answered {status}: {outcome}")
-        s.quality_table(console, url, MODEL)
+        feedback = f"{url}/v1/models/{MODEL}/feedback"
+        requests = -(-len(ids) // s.BATCH)
+        console.print(
+            f"[dim]$ POST {feedback} x{requests} ({s.BATCH} labels each, each its own connection)[/]"
+        )
+        counts = s.send_labels(url, MODEL, ids, labels)
+        s.all_accepted(
+            console, counts, len(ids), f"{len(ids)} labels over {requests} requests to either process"
+        )
+        report = s.quality_once(url, MODEL)
+        console.print(
+            f"[dim]$ GET {url}/v1/models/{MODEL}/quality?window={s.WINDOW} (twice, each its own "
+            f"connection)[/]\nboth reads give the same answer: one truth, whichever process answers"
+        )
+        s.quality_table(console, report, MODEL)
+        roles: dict[str, str] = {}  # the champion's own version comes first
+        for v in report["versions"]:
+            roles.setdefault(v["role"], str(v["version"]))
         args = [
             "evidence",
             "--criteria",
@@ -298,14 +331,19 @@ def shadow(triton_url: str, fs: Any) -> None:
             s.WINDOW,
         ]
         rc = s.run_cli(console, "loadtests", *args)
+        decision = {0: "promote the challenger", 6: "keep the champion: the challenger missed the criteria"}
+        console.print(
+            f"promotion gate (exit {rc}): [bold]{decision.get(rc, 'no decision: see the error above')}[/]"
+        )
+        collapse(url, rows, labels, roles)
     finally:
         stop(gateway)  # writes what the payload log still queues
-    decision = {0: "promote the challenger", 6: "keep the champion: the challenger missed the criteria"}
-    console.print(
-        f"promotion gate (exit {rc}): [bold]{decision.get(rc, 'no decision: see the error above')}[/]"
-    )
     labels_path = STATE / "labels.parquet"
     s.labels_file(str(labels_path), ids, labels)
+    console.print(
+        f"\nthe offline report: the payload log joined with the first {len(ids)} labels (the true "
+        "ones; the forged labels went only to the live gateway)"
+    )
     run(
         "gateway",
         "quality",
@@ -320,6 +358,58 @@ def shadow(triton_url: str, fs: Any) -> None:
         MODEL,
         "--out",
         str(QUALITY_REPORT),
+    )
+
+
+def collapse(url: str, rows: list[dict[str, Any]], labels: list[int], roles: dict[str, str]) -> None:
+    """The CRITICAL switch (docs/quality.md, "The fallback switch"): labels that turn against the
+    champion, the switch on every process, and back by command. ``roles``: the champion's and
+    the challenger's versions."""
+    from demo import shadow_step as s
+
+    champion, challenger = roles["champion"], roles["challenger"]
+    console.print(
+        f"\n[bold]the label feed turns against the champion[/]: the same {len(rows)} transactions "
+        "arrive again (new requests, new prediction ids), and their labels come back as the opposite "
+        "of the truth. The demo forges them to make the champion's quality collapse, as a broken "
+        "model or a new fraud pattern would"
+    )
+    ids = s.send(url, MODEL, rows)
+    s.wait_compared(url, MODEL, 2 * len(rows))
+    counts = s.send_labels(url, MODEL, ids, [1 - y for y in labels])
+    s.all_accepted(console, counts, len(ids), f"{len(ids)} forged labels")
+    console.print(
+        f"[dim]$ GET {url}/v1/models/{MODEL}/fallback (until active; one process judges the rule "
+        f"every {s.JUDGE_S:g}s, every process reads the decision every {s.POLL_S:g}s)[/]"
+    )
+    status, waited = s.wait_fallback(url, MODEL)
+    decision = status["decision"]
+    when = (
+        "already switched when the last forged label went out"
+        if waited < 0.1
+        else f"switched {waited:.1f}s after the last forged label went out"
+    )
+    console.print(
+        f"the rule broke: {decision['reason']}; every process serves {decision['fallback']} ({when})"
+    )
+    rc = s.run_cli(console, "gateway", "fallback", "status", MODEL, "--url", url)
+    if rc != 3:  # 3: the fallback serves (0: the champion)
+        sys.exit(f"demo: `gateway fallback status` exited {rc}, where 3 (the fallback serves) was expected")
+    few = rows[:6]
+    versions = s.answered_by(url, MODEL, few)
+    console.print(
+        f"{len(few)} predictions for {MODEL}, each its own connection: answered by version(s) "
+        f"{', '.join(versions)} ({SHADOW_MODEL} is v{challenger}, the champion v{champion})"
+    )
+    if set(versions) != {challenger}:
+        sys.exit(f"demo: a process still answers with the champion while the fallback is on: {versions}")
+    s.run_cli(console, "gateway", "fallback", "reset", MODEL, "--url", url, "--reason", "demo: labels fixed")
+    versions, waited = s.wait_answered_by(url, MODEL, few, champion)
+    if set(versions) != {champion}:
+        sys.exit(f"demo: after the reset, predictions are still answered by version(s) {versions}")
+    console.print(
+        f"{len(few)} predictions again: answered by version(s) {', '.join(versions)}, the champion, "
+        f"{waited:.1f}s after the reset; the rule re-armed on labels that arrive from now on"
     )
 
 
@@ -461,7 +551,7 @@ def main() -> None:
         stop(gateway)
         gateway = None
         since = drift(f"http://127.0.0.1:{tp['http']}", fs)
-        step("10. release on evidence: the challenger shadowed on live traffic, labels, quality, the gate")
+        step("10. release on evidence: shadow, labels, quality, gate; the CRITICAL fallback")
         shadow(f"http://127.0.0.1:{tp['http']}", fs)
     finally:
         if gateway is not None:
