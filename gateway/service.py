@@ -77,7 +77,6 @@ class Service:
                 triton,
                 predictor.spec,
                 watchers,
-                evidence,
                 writer,
                 settings.spec_ttl_s,
             )

@@ -44,17 +44,19 @@ def export(model: str, rule: FallbackRule, decision: Decision | None, judged: Ju
         if decision is not None and decision.fallback
         else (f"{rule.model or model}:{rule.version or ''}")
     )
-    for labels in list(ACTIVE._metrics):  # one series per model: the fallback it names may change
+    # One live series per model: one that named another fallback goes to 0, not away (removing
+    # a labelled series is not supported in prometheus_client's multiprocess mode).
+    for labels in list(ACTIVE._metrics):
         if labels[0] == model and labels[1] != target:
-            ACTIVE.remove(*labels)
+            ACTIVE.labels(*labels).set(0)
     ACTIVE.labels(model, target).set(1 if decision is not None and decision.active else 0)
     if judged is None:
         return
     LABELED_ROWS.labels(model).set(judged.rows)
     if judged.value is not None:
-        for labels in list(QUALITY._metrics):
+        for labels in list(QUALITY._metrics):  # a former champion's figure is no longer judged
             if labels[0] == model and labels[1] != judged.version:
-                QUALITY.remove(*labels)
+                QUALITY.labels(*labels).set(float("nan"))
         QUALITY.labels(model, judged.version, judged.metric).set(judged.value)
     if judged.margin is not None:
         MARGIN.labels(model, judged.metric).set(judged.margin)

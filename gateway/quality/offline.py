@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from gateway.payload_log.layout import LOG_TIMESTAMP, MODEL, VERSION
+from gateway.payload_log.layout import ANSWERED_BY, LOG_TIMESTAMP, MODEL, VERSION
 from gateway.payload_log.sink import PARTITION_KEY, open_filesystem
 from gateway.quality.contract import Compact, Contract, Truth, evaluate, label_index, reliability, truth_of
 from gateway.quality.feedback import OUTCOMES, Outcome
@@ -106,7 +106,16 @@ def read_log(location: str, model: str, keys: Sequence[str] = ()) -> pd.DataFram
     if not fragments:
         raise OfflineError(f"the payload log of {model!r} at {location} has no files")
     schema = pa.unify_schemas([f.physical_schema for f in fragments] + [partitioning.schema])
-    wanted = {PREDICTION_ID, LOG_TIMESTAMP, MODEL, VERSION, CHALLENGER_MODEL, CHALLENGER_VERSION, *keys}
+    wanted = {
+        PREDICTION_ID,
+        LOG_TIMESTAMP,
+        MODEL,
+        VERSION,
+        ANSWERED_BY,
+        CHALLENGER_MODEL,
+        CHALLENGER_VERSION,
+        *keys,
+    }
     wanted |= {f"__{a}" for a in ANSWERS} | {f"{CHALLENGER}{a}" for a in ANSWERS}
     missing = [k for k in keys if k not in schema.names]
     if missing:
@@ -240,7 +249,7 @@ def _truths(
     """Each joined log row's truth (first label in file order wins), and every label's outcome."""
     outcomes = _Outcomes()
     truths: dict[int, Truth] = {}
-    versions = log[VERSION].astype(str)
+    versions = log[SERVED]
     what = (
         labels.frame[ID]
         if labels.by == ID
@@ -337,14 +346,56 @@ def _contracts(repo: Path, model: str, versions: Sequence[str]) -> tuple[dict[st
     return {v: Contract.of_serving(found.get(v, found[newest])) for v in versions}, notes
 
 
+SERVED: Final = "__served"  # the row's version; "{model}:{version}" for a fallback's rows
+
+
+def _served(log: pd.DataFrame, model: str) -> pd.Series:
+    """Who answered each row: its version when the model itself did (and in logs written before
+    ``__answered_by``), ``{model}:{version}`` when another model stood in as the fallback."""
+    versions = log[VERSION].astype(str)
+    if ANSWERED_BY not in log.columns:
+        return versions
+    by = log[ANSWERED_BY].astype(str).where(log[ANSWERED_BY].notna(), model)
+    return versions.where(by == model, by + ":" + versions)
+
+
+def _stand_ins(
+    log: pd.DataFrame, repo: Path, contracts: dict[str, Contract], notes: list[str]
+) -> dict[str, tuple[str, str, Contract]]:
+    """The fallback models that answered rows: served key -> (model, version, its contract)."""
+    out = {}
+    for key in sorted(k for k in log[SERVED].unique() if ":" in k):
+        other, _, version = key.rpartition(":")
+        serving = serving_of(repo, other, version)
+        if serving is None and contracts:
+            newest = max(contracts, key=_version_key)
+            notes.append(
+                f"fallback {other!r} version {version} has no metadata.json: scored with version "
+                f"{newest}'s contract"
+            )
+            out[key] = (other, version, contracts[newest])
+        elif serving is not None:
+            out[key] = (other, version, Contract.of_serving(serving))
+        else:
+            raise OfflineError(
+                f"no metadata.json with serving facts for {other!r} version {version} under {repo}"
+            )
+    return out
+
+
 def build(log_location: str, source: LabelSource, repo: Path, model: str) -> OfflineReport:
     """The offline report of ``model``: the whole log joined with ``labels`` (see the module doc).
     OfflineError (exit 2) when nothing can be scored: no log, no contract, no label accepted."""
     log = read_log(log_location, model, source.keys)
     labels = source.for_log(log)
-    versions = sorted(log[VERSION].astype(str).unique(), key=_version_key, reverse=True)
-    contracts, notes = _contracts(repo, model, versions)
-    truths, outcomes = _truths(log, labels, _match(log, labels), contracts, versions[0])
+    log[SERVED] = _served(log, model)
+    versions = sorted(log.loc[log[SERVED] == log[VERSION].astype(str), VERSION].astype(str).unique(),
+                      key=_version_key, reverse=True)  # fmt: skip
+    contracts, notes = _contracts(repo, model, versions) if versions else ({}, [])
+    stand_ins = _stand_ins(log, repo, contracts, notes)
+    contracts.update({key: contract for key, (_, _, contract) in stand_ins.items()})
+    newest = versions[0] if versions else next(iter(stand_ins))
+    truths, outcomes = _truths(log, labels, _match(log, labels), contracts, newest)
     if outcomes.counts["accepted"] == 0:
         summary = ", ".join(f"{k} {v}" for k, v in outcomes.counts.items() if v)
         first = next(iter(outcomes.examples.values()), [""])[0]
@@ -352,15 +403,18 @@ def build(log_location: str, source: LabelSource, repo: Path, model: str) -> Off
             f"no label joined a logged prediction of {model!r} ({summary}){': ' + first if first else ''}"
         )
     out = [
-        _quality(log[log[VERSION].astype(str) == v], truths, contracts[v], (model, v, "champion"), "__")
-        for v in versions
+        _quality(log[log[SERVED] == v], truths, contracts[v], (model, v, "champion"), "__") for v in versions
     ]
-    out += _challengers(log, truths, repo, contracts[versions[0]], notes)
+    out += [  # rows a fallback answered (gateway/fallback/), under the model that answered them
+        _quality(log[log[SERVED] == key], truths, contract, (other, version, "champion"), "__")
+        for key, (other, version, contract) in stand_ins.items()
+    ]
+    out += _challengers(log, truths, repo, contracts[newest], notes)
     stamps = pd.to_datetime(log[LOG_TIMESTAMP], utc=True)
     since, until = stamps.min().to_pydatetime(), stamps.max().to_pydatetime()
     window = f"{since:%Y-%m-%dT%H:%M:%SZ}/{until:%Y-%m-%dT%H:%M:%SZ}"
     seconds = math.ceil((until - since).total_seconds())
-    report = QualityReport(model, contracts[versions[0]].kind, window, seconds, tuple(out), outcomes.counts)
+    report = QualityReport(model, contracts[newest].kind, window, seconds, tuple(out), outcomes.counts)
     return OfflineReport(
         report, log_location, labels, len(log), since, until, tuple(notes), outcomes.examples
     )

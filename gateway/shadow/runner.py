@@ -42,7 +42,7 @@ from gateway.catalog import ModelSpec, incompatible
 from gateway.drift.monitor import window_seconds
 from gateway.drift.reference import Binned
 from gateway.errors import GatewayError, ModelNotFound
-from gateway.evidence.store import SLOT_S, EvidenceStore, SlotCounts, slot_of
+from gateway.evidence.store import SLOT_S, SlotCounts, slot_of
 from gateway.evidence.writer import EvidenceWriter
 from gateway.observe import ChallengerAnswer, Observation, Observer
 from gateway.responses import Prediction, predictions
@@ -100,12 +100,11 @@ class ShadowRunner:
         triton: Triton,
         resolve: Callable[[str], Awaitable[ModelSpec]],
         watchers: Watchers,
-        store: EvidenceStore,
-        writer: EvidenceWriter,
+        writer: EvidenceWriter,  # its store holds the counts every replica adds to
         spec_ttl_s: float = 30.0,
     ) -> None:
         self.targets = dict(targets)
-        self.store = store
+        self.store = writer.store
         self.writer = writer
         for model in self.targets:
             writer.counts_from(model, functools.partial(self.drain, model))

@@ -308,6 +308,16 @@ def versions_served(url: str, row: dict[str, Any], n: int = 30) -> set[str]:
     }
 
 
+def wait_judged(url: str, rows: int) -> dict[str, Any]:
+    """The fallback status once the judge has seen ``rows`` labeled rows (it judges every 0.5 s)."""
+    deadline = time.monotonic() + 15
+    while True:
+        status: dict[str, Any] = requests.get(f"{url}/v1/models/{NAME}/fallback", timeout=10).json()
+        if (status.get("judged") or {}).get("rows") == rows or time.monotonic() > deadline:
+            return status
+        time.sleep(0.2)
+
+
 def test_the_critical_switch_to_the_fallback_on_three_workers(
     stack: Stack, versions: Versions, rows: list[dict[str, Any]], tmp_path: Path
 ) -> None:
@@ -326,6 +336,8 @@ def test_the_critical_switch_to_the_fallback_on_three_workers(
         GATEWAY_FALLBACK=json.dumps({NAME: rule}),
         GATEWAY_FALLBACK_POLL_S="0.2",
         GATEWAY_FALLBACK_JUDGE_S="0.5",
+        GATEWAY_PAYLOAD_LOG=str(tmp_path / "log"),
+        GATEWAY_PAYLOAD_LOG_FLUSH_S="0.2",
     )
     with servers.gateway_process(tmp_path, env) as gw:
         assert versions_served(gw.url, rows[0]) == {versions.champion}
@@ -336,9 +348,8 @@ def test_the_critical_switch_to_the_fallback_on_three_workers(
             {"id": a["id"], "label": int(s < np.median(score))} for a, s in zip(answers, score, strict=True)
         ]
         assert send_labels(gw.url, inverted[:90])["accepted"] == 90
-        time.sleep(1.5)
-        status = requests.get(f"{gw.url}/v1/models/{NAME}/fallback", timeout=10).json()
-        assert status["active"] is False and status["judged"]["rows"] == 90
+        status = wait_judged(gw.url, 90)
+        assert status["active"] is False and status["judged"]["margin"] < 0  # broken, on too few labels
 
         with Traffic(gw.url, rows[150:200]) as traffic:
             switched_at = time.monotonic()
@@ -368,7 +379,10 @@ def test_the_critical_switch_to_the_fallback_on_three_workers(
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr
-        time.sleep(1.0)
+        deadline = time.monotonic() + 10
+        while versions_served(gw.url, rows[0], 12) != {versions.champion}:
+            assert time.monotonic() < deadline, "the workers did not follow the reset"
+            time.sleep(0.2)
         assert versions_served(gw.url, rows[0], 30) == {versions.champion}
         # labels that hover at the threshold: at most one switch, never back and forth
         hover = predict_each_on_its_own_connection(gw.url, rows[200:500])
@@ -386,6 +400,14 @@ def test_the_critical_switch_to_the_fallback_on_three_workers(
             seen.append(requests.get(f"{gw.url}/v1/models/{NAME}/fallback", timeout=10).json()["active"])
         changes = sum(1 for a, b in itertools.pairwise(seen) if a != b)
         assert changes <= 1 and (not seen[0] or all(seen)), seen
+    # every payload-log row says who answered it: the fallback's rows its version, flagged
+    import pandas as pd
+
+    frame = pd.concat([pd.read_parquet(f) for f in sorted((tmp_path / "log").rglob("*.parquet"))])
+    on_fallback = frame[frame["__fallback"]]
+    assert len(on_fallback) > 0 and set(on_fallback["__model_version"]) == {versions.challenger}
+    assert set(frame.loc[~frame["__fallback"], "__model_version"]) == {versions.champion}
+    assert set(frame["__answered_by"]) == {NAME}
 
 
 def predict_latencies(url: str, rows: list[dict[str, Any]], seconds: float) -> np.ndarray:

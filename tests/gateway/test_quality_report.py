@@ -354,3 +354,40 @@ def test_labels_from_a_feast_feature_view(logged: Logged, tmp_path: Path) -> Non
     assert versions[(MODEL, "1", "champion")]["metrics"]["auc"] == pytest.approx(
         hand_auc(logged.truth[:N1], logged.champion[:N1])
     )
+
+
+def test_rows_a_fallback_answered_are_scored_as_the_model_that_answered(tmp_path: Path) -> None:
+    """While switched to its fallback (gateway/fallback/), the model's rows are answered by
+    another model: the log says so (``__answered_by``), and the report scores those rows under
+    that model, with its own contract, beside the champion's."""
+    import dataclasses
+
+    rng = random.Random(9)
+    truth = [rng.random() < 0.4 for _ in range(50)]
+    score = [min(max(rng.gauss(0.7 if y else 0.3, 0.25), 0.0), 1.0) for y in truth]
+    ids = [f"fb{i}-0" for i in range(50)]
+    standing_in = dataclasses.replace(spec("7", CHALLENGER), name=MODEL, answered_by=CHALLENGER)
+    sink = ParquetSink(str(tmp_path / "log"))
+    for s, part in ((spec("1"), slice(0, 30)), (standing_in, slice(30, 50))):
+        n = part.stop - part.start
+        observation = Observation(
+            spec=s, version=s.version, inputs={"amount": np.zeros((n, 1), dtype=np.float32)},
+            predictions=scored(score[part]), entity_rows=[{"user_id": i} for i in range(n)], at=T0,
+            prediction_ids=ids[part],
+        )  # fmt: skip
+        sink.write(MODEL, log_date(T0), to_table(observation, np.arange(n), {}, None))
+    serving = {"kind": "binary", "classes": [0, 1], "decision_threshold": 0.5,
+               "outputs": {"label": "label", "probabilities": "probabilities"}}  # fmt: skip
+    for model, version in ((MODEL, "1"), (CHALLENGER, "7")):
+        (tmp_path / "repo" / model / version).mkdir(parents=True)
+        (tmp_path / "repo" / model / version / "metadata.json").write_text(json.dumps({"serving": serving}))
+    labels = tmp_path / "labels.csv"
+    pd.DataFrame({"prediction_id": ids, "label": [int(y) for y in truth]}).to_csv(labels, index=False)
+
+    built = build(str(tmp_path / "log"), read_labels(labels), tmp_path / "repo", MODEL)
+    versions = {(v.model, v.version, v.role): v for v in built.report.versions}
+    assert list(versions) == [(MODEL, "1", "champion"), (CHALLENGER, "7", "champion")]
+    assert (versions[(MODEL, "1", "champion")].rows, versions[(CHALLENGER, "7", "champion")].rows) == (30, 20)
+    got = versions[(CHALLENGER, "7", "champion")].metrics["auc"]
+    assert got == pytest.approx(hand_auc(truth[30:], score[30:]))
+    assert built.notes == ()  # each model's own contract: nothing borrowed

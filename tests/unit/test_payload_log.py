@@ -62,6 +62,8 @@ COLUMNS = [
     "channel",
     "__model",
     "__model_version",
+    "__answered_by",
+    "__fallback",
     "__score",
     "__label",
     "__probabilities",
@@ -139,6 +141,8 @@ def test_every_row_is_written_with_what_was_sent_and_answered(tmp_path: Path) ->
         assert rows.__score.tolist() == [p.score for p in batch.predictions]
         assert rows.__label.tolist() == [p.label for p in batch.predictions]
         assert rows.__model_version.unique().tolist() == ["3"]
+        # the model's own answer: no fallback stood in (gateway/fallback/)
+        assert rows.__answered_by.unique().tolist() == [batch.spec.name] and not rows.__fallback.any()
         assert rows.__log_date.astype(str).unique().tolist() == [day]
         assert (rows.__log_timestamp == pd.Timestamp(batch.at, unit="s", tz="UTC").floor("us")).all()
     first = frame.iloc[:5].__request_id.tolist()  # two requests: 2 rows, then 3

@@ -120,7 +120,6 @@ def runner(
         triton,  # type: ignore[arg-type]
         resolve or no_other_model,
         Watchers(log=collected),
-        store,
         EvidenceWriter(store),
     )
     return shadow, collected
