@@ -100,12 +100,43 @@ def serve(
         redis_url=redis_url,
         workers=workers,
     )
+    _refuse_http_port_for_grpc(settings.triton_url)
     if settings.workers > 1:
         if not settings.port:
             console.print("[bold red]error:[/] --workers above 1 needs a fixed --port (not 0)")
             sys.exit(2)
         sys.exit(_supervise(settings))
     _worker(settings, reuse_port=False)
+
+
+def _refuse_http_port_for_grpc(url: str) -> None:
+    """A gRPC Triton URL (``grpc://`` or no scheme) whose port answers HTTP/1 is Triton's HTTP
+    port: every request would then be a 503. Refuse it at start with the URL that works. A port
+    that does not answer (Triton not up yet) is no refusal: the gateway waits for it (/readyz)."""
+    import socket
+
+    from gateway.refusal import refuse
+
+    scheme, sep, address = url.partition("://")
+    if sep and scheme != "grpc":
+        return
+    host, _, port = (address if sep else url).rstrip("/").rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=0.5) as conn:
+            conn.settimeout(0.5)
+            conn.sendall(
+                f"GET /v2/health/live HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
+            )
+            answer = conn.recv(16)
+    except OSError:
+        return
+    if answer.startswith(b"HTTP/1."):
+        raise refuse(
+            f"--triton-url {url} is gRPC (no scheme means gRPC), but {host}:{port} answers HTTP: "
+            "it is Triton's HTTP port",
+            f"use --triton-url http://{host}:{port} (or Triton's gRPC port, grpc://{host}:8001)",
+            2,
+        )
 
 
 def _worker(settings: Any, reuse_port: bool) -> None:

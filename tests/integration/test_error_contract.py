@@ -297,3 +297,30 @@ def test_serve_clean_exit_leaves_no_log(tmp_path: Path) -> None:
             proc.kill()
     assert proc.returncode == 0, out
     assert not list(tmp_path.glob("tritonserver-*.log"))
+
+
+def test_serve_refuses_a_grpc_url_on_an_http_port(tmp_path: Path) -> None:
+    """``--triton-url host:8000`` (no scheme: gRPC) at Triton's HTTP port was accepted, then
+    every request was a 503: the port answering HTTP is refused at start, naming http://."""
+    import http.server
+    import threading
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        address = f"127.0.0.1:{server.server_address[1]}"
+        args = [
+            "gateway",
+            "serve",
+            "--triton-url",
+            address,
+            "--feature-repo",
+            str(FEATURE_REPO),
+            "--port",
+            "0",
+        ]
+        proc = run(args, tmp_path)
+        assert_refusal(proc, 2, "answers HTTP", f"http://{address}")
+    finally:
+        server.shutdown()
+        server.server_close()
