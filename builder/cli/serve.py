@@ -92,7 +92,10 @@ def serve(
     ] = "none",
     load_model: Annotated[
         list[str] | None,
-        typer.Option("--load-model", help="Model to load at start (explicit mode; repeatable)."),
+        typer.Option(
+            "--load-model",
+            help="Model to load at start (explicit mode; repeatable; '*' loads all, as Triton's).",
+        ),
     ] = None,
     runtime_dir: RuntimeDirOption = None,
     log_verbose: Annotated[int, typer.Option(help="Triton's --log-verbose level.")] = 0,
@@ -113,7 +116,8 @@ def serve(
             f"unknown model control mode '{model_control_mode}'",
             hint="use one of: " + ", ".join(CONTROL_MODES),
         )
-    missing = [m for m in load_model or () if not (repo / m).is_dir()]
+    # '*' is Triton's own "load every model" (tritonserver --load-model=*), passed through as is
+    missing = [m for m in load_model or () if m != "*" and not (repo / m).is_dir()]
     if missing:
         present = sorted(p.name for p in repo.iterdir() if p.is_dir() and not p.name.startswith("."))
         raise RepositoryError(

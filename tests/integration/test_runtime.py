@@ -6,6 +6,7 @@ generated through Triton's own protobuf schema, then queried with tritonclient.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -388,6 +389,42 @@ def test_config_type_unlike_the_graph_refuses_to_load(start_triton: StartTriton,
 
 
 # ---- lifecycle ---------------------------------------------------------------------------------
+def test_load_model_star_loads_every_model_as_tritons_own_flag(tmp_path: Path) -> None:
+    """`builder serve --load-model '*'` (Triton's convention for "all") was refused as a model
+    named '*'; it is passed through, and Triton loads every model of the repository."""
+    from support.servers import free_port
+
+    repo = tmp_path / "repo"
+    write_model(repo, "affine")
+    write_model(repo, "affine_nobatch", max_batch_size=0)
+    http_port = free_port()
+    args = [
+        sys.executable, "-m", "builder", "serve", "--repo", str(repo), "--model-control-mode", "explicit",
+        "--load-model", "*", "--http-port", str(http_port), "--grpc-port", str(free_port()),
+        "--metrics-port", str(free_port()), "--address", "127.0.0.1",
+    ]  # fmt: skip
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}", connection_timeout=10)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if client.is_model_ready("affine") and client.is_model_ready("affine_nobatch"):
+                    break
+            except Exception:  # not listening yet
+                pass
+            time.sleep(0.3)
+        ready = client.is_model_ready("affine") and client.is_model_ready("affine_nobatch")
+        assert ready, log.read_text(errors="replace")
+    finally:
+        client.close()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=60)
+
+
 def test_explicit_mode_load_and_unload(start_triton: StartTriton, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     write_model(repo, "affine")
