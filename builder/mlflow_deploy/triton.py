@@ -47,9 +47,14 @@ class Triton:
         try:
             return fn()
         except InferenceServerException as exc:
+            said = exc.message() or ""
+            explicit = "explicit" in said.lower() or "not allowed" in said.lower()
             raise TritonUnavailable(
-                f"Triton at {self.url} refused to {what}: {first_line(Exception(exc.message()))}",
-                hint="read the server's log for the model's load error",
+                f"Triton at {self.url} refused to {what}: {first_line(Exception(said))}",
+                hint="start Triton with --model-control-mode explicit (builder serve --model-control-mode "
+                "explicit): the plugin loads models through Triton's repository API"
+                if explicit
+                else "read the server's log for the model's load error",
             ) from None
         except (OSError, TimeoutError) as exc:  # refused, reset, timed out: no answer
             raise TritonUnavailable(

@@ -77,6 +77,8 @@ def fetch_report(url: str, model: str, window: str, api_key: str | None, route: 
             400: "pass a --window from 1m to 24h, e.g. 5m, 1h",
             401: "pass the gateway's key: --api-key or GATEWAY_API_KEY",
             404: "pass a --model the gateway serves (see its /readyz)",
+            503: "a dependency of the gateway is down (Triton, the online store or the shared store): "
+            "its /readyz says which; retry once it is back",
         }.get(exc.code, "see the gateway's log")
         raise Refused(
             f"{model}: the gateway answered {exc.code}: {reason}", 2 if exc.code == 400 else 1, hint

@@ -93,7 +93,7 @@ def report(
             source = FeatureViewLabels(feature_repo, str(labels_feature_view), label_field)
         built = build(log, source, repo, model)
     except OfflineError as exc:
-        raise refuse(str(exc), _HINT, 2) from None
+        raise refuse(str(exc), exc.hint or _HINT, 2) from None
     except OSError as exc:  # pyarrow's filesystem errors (a URL it cannot reach, no credentials)
         raise refuse(
             f"cannot read the payload log at {log}: {exc}", "check --log and its credentials", 2

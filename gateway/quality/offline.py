@@ -54,7 +54,12 @@ ROW: Final = "__row"  # the log row a label joined to
 
 
 class OfflineError(Exception):
-    """The inputs cannot make a report (exit 2: a bad input, said in one line)."""
+    """The inputs cannot make a report (exit 2: a bad input, said in one line); ``hint``: the
+    fix, when this error knows it better than the command's general hint."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
 
 
 @dataclass(frozen=True)
@@ -136,7 +141,11 @@ def read_labels(path: Path) -> Labels:
     """A Parquet or CSV file of labels (by the suffix; else Parquet, then CSV), checked for the
     columns one of the two joins needs."""
     if not path.is_file():
-        raise OfflineError(f"no labels file {path}")
+        raise OfflineError(
+            f"no labels file {path}",
+            hint="pass --labels a Parquet or CSV file with prediction_id,label (or the entity keys, "
+            "event_timestamp and label); `make demo` writes .demo/labels.parquet",
+        )
     try:
         csv = path.suffix.lower() in (".csv", ".txt")
         frame = pd.read_csv(path) if csv else pd.read_parquet(path)

@@ -123,6 +123,18 @@ CASES: list[tuple[str, list[str], int, tuple[str, ...]]] = [
     ),
     ("serve bad port", ["gateway", "serve", "--port", "x"], 2, ("--port",)),
     (
+        "quality report missing labels file",
+        ["gateway", "quality", "report", "--log", "nolog", "--labels", "labels.parquet", "--repo", "repo"],
+        2,
+        ("labels.parquet", "prediction_id,label", ".demo/labels.parquet"),
+    ),
+    (
+        "fallback status unreachable",
+        ["gateway", "fallback", "status", "fraud-detector", "--url", "http://127.0.0.1:9"],
+        1,
+        ("cannot reach", "--url"),
+    ),
+    (
         "serve missing feature repo",
         ["gateway", "serve", "--feature-repo", "no-such-repo", "--port", "0"],
         2,
