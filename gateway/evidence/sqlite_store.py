@@ -190,36 +190,49 @@ class SqliteEvidence:
     def _label(
         self, db: sqlite3.Connection, model: str, items: Sequence[tuple[str, str]], at: float
     ) -> list[Found]:
-        out: list[Found] = []
-        touched: set[str] = set()
+        """One query per 500 ids for what they have, then the writes in bulk: a batch of labels
+        holds the GIL (and so the gateway's event loop) as briefly as it can."""
+        ids = list(dict.fromkeys(i for i, _ in items))
+        known: dict[str, tuple[str, str | None, str | None, str | None]] = {}
+        answers: dict[str, list[tuple[str, str]]] = {}
         now = time.time()
+        for chunk in _chunks(ids):
+            marks = ",".join("?" * len(chunk))
+            for item_id, owner, pair, answer, had in db.execute(
+                f"SELECT id, model, pair, answer, label FROM predictions WHERE id IN ({marks}) "
+                "AND expires >= ?",
+                [*chunk, now],
+            ):
+                known[item_id] = (owner, pair, answer, had)
+            for item_id, pair, answer in db.execute(
+                f"SELECT id, pair, answer FROM challengers WHERE id IN ({marks})",
+                chunk,
+            ):
+                answers.setdefault(item_id, []).append((pair, answer))
+        out: list[Found] = []
+        updates: list[tuple[str, float, str]] = []
+        pairs: list[tuple[str, float, str, str, str]] = []
         for item_id, label in items:
-            row = db.execute(
-                "SELECT model, pair, answer, label FROM predictions WHERE id = ? AND expires >= ?",
-                (item_id, now),
-            ).fetchone()
-            if row is None:
+            found = known.get(item_id)
+            if found is None:
                 out.append(Found("missing"))
                 continue
-            owner, pair, answer, had = row
+            owner, pair, answer, had = found
             if owner != model:
                 out.append(Found("other", owner))
             elif had is not None:
                 out.append(Found("labeled", had))
             else:
-                db.execute(
-                    "UPDATE predictions SET label = ?, labeled_at = ? WHERE id = ?", (label, at, item_id)
-                )
-                answers = db.execute(
-                    "SELECT pair, answer FROM challengers WHERE id = ?", (item_id,)
-                ).fetchall()
+                known[item_id] = (owner, pair, answer, label)  # a second label in this batch sees it
+                updates.append((label, at, item_id))
+                given = answers.get(item_id, [])
                 if pair is not None and answer is not None:
-                    answers.append((pair, answer))
-                for version, given in answers:
-                    self._pair(db, version, at, item_id, label, given)
-                    touched.add(version)
+                    given = [*given, (pair, answer)]
+                pairs += [(version, at, item_id, label, text) for version, text in given]
                 out.append(Found("accepted"))
-        self._trim(db, touched)
+        db.executemany("UPDATE predictions SET label = ?, labeled_at = ? WHERE id = ?", updates)
+        db.executemany("INSERT INTO labeled (pair, at, id, label, answer) VALUES (?, ?, ?, ?, ?)", pairs)
+        self._trim(db, {p[0] for p in pairs})
         return out
 
     async def labeled(self, pair: str, since: float) -> list[tuple[str, str]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -106,15 +107,16 @@ class LabelsBusy(Unavailable):
 
 
 class LabelGate:
-    """Predictions come first: label requests are taken one at a time per process, and past
-    ``max_waiting`` waiting ones the next is a 503 with Retry-After before its body is read, so
-    a label flood (a backfill, a retrying sender) costs the predict path one label batch at a
-    time, never the event loop. A sender that retries on 503, as it must for any outage, loses
-    nothing."""
+    """Predictions come first: label requests are taken one at a time per process, each
+    followed by a pause as long as it took, and past ``max_waiting`` waiting ones the next is a
+    503 with Retry-After before its body is read. So a label flood (a backfill, a retrying
+    sender) gets at most half of a process's time, one batch at a time, and its senders wait
+    instead of spinning. A sender that retries on 503, as it must for any outage, loses nothing."""
 
-    def __init__(self, max_waiting: int = 16) -> None:
+    def __init__(self, max_waiting: int = 16, pause: float = 1.0) -> None:
         self.max_waiting = max_waiting
-        self._waiting = 0
+        self.pause = pause  # after a batch that took t, the next waits t * pause: labels get at most
+        self._waiting = 0  # 1 / (1 + pause) of the process's time, predictions the rest
         self._lock = asyncio.Lock()
 
     @contextlib.asynccontextmanager
@@ -126,7 +128,12 @@ class LabelGate:
             )
         self._waiting += 1
         try:
-            async with self._lock:
-                yield
+            await self._lock.acquire()
         finally:
             self._waiting -= 1
+        start = time.perf_counter()
+        try:
+            yield
+        finally:  # the caller is answered now; the next batch waits out the pause
+            spent = time.perf_counter() - start
+            asyncio.get_running_loop().call_later(spent * self.pause, self._lock.release)
