@@ -46,7 +46,8 @@ ContextOpt = Annotated[str | None, typer.Option(help="kubeconfig context (defaul
 CrdOpt = Annotated[
     Path | None,
     typer.Option(
-        help="KServe InferenceService CRD, file or folder (default: $KSERVE_CRD_DIR, ../shared/data/kserve)"
+        help="KServe InferenceService CRD, file or folder "
+        "(default: $KSERVE_CRD_DIR, else the vendored KServe 0.20 CRD)"
     ),
 ]
 ModelArg = Annotated[str, typer.Argument(help="Triton model name (the InferenceService name by default)")]

@@ -21,7 +21,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from mlflow.deployments import BaseDeploymentClient, PredictionsResponse
 
-from builder.errors import BuilderError, UsageError
+from builder.errors import BuilderError, RepositoryError, UsageError
 from builder.export.run import export_model
 from builder.mlflow_deploy import payload
 from builder.mlflow_deploy.errors import DeploymentExists, DeploymentNotFound, to_mlflow
@@ -178,10 +178,32 @@ class TritonStackDeploymentClient(BaseDeploymentClient):
         )
 
 
+def _check_served(target: Target, triton: Triton) -> None:
+    """The repository folder exists and is the one the target Triton serves (its models are
+    in Triton's repository index), so an export never lands where nothing loads it: a typed
+    placeholder (``/abs/path/model_repo``) once created that folder at the root and wrote
+    into it."""
+    if not target.repo.is_dir():
+        raise RepositoryError(
+            f"model repository {target.repo} does not exist",
+            hint="name the folder the target Triton serves (builder serve --repo DIR "
+            "--model-control-mode explicit), e.g. triton-stack:$PWD/model_repo",
+        )
+    served = {str(m.get("name")) for m in triton.index()}
+    here = {p.name for p in target.repo.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    if (served or here) and not served & here:
+        theirs = ", ".join(sorted(served)[:5]) or "no models"
+        raise RepositoryError(
+            f"Triton at {triton.url} does not serve {target.repo}: its repository has {theirs}",
+            hint="point the target at the folder Triton was started on (or start Triton on this one)",
+        )
+
+
 def _export_and_load(
     name: str, model_uri: str, config: Mapping[str, Any], target: Target, triton: Triton
 ) -> dict[str, Any]:
     triton.check_live()  # before the export: a refusal leaves the repository unchanged
+    _check_served(target, triton)
     request = export_request(model_uri, name, target.repo, config)
     result = export_model(request)
     loaded = [w.name for w in result.written]

@@ -1,11 +1,10 @@
 """Checking objects against KServe's CRD schema, as the API server would (and a bit more).
 
 The CRD (``serving.kserve.io_inferenceservices.yaml``) comes from ``--crd``, else
-``$KSERVE_CRD_DIR``, else the project's shared data beside the checkout
-(``../shared/data/kserve``), else the copy of KServe 0.20's vendored in ``crds/`` (gzipped), so
-the check runs in any checkout. Besides the OpenAPI schema, fields the schema does not declare are
-reported: structural-schema pruning would drop them silently, so a misspelt field would vanish
-without an error on a real cluster.
+``$KSERVE_CRD_DIR``, else the copy of KServe 0.20's vendored in ``crds/`` (gzipped): the project
+names no path outside itself, and the check runs in any checkout or installed wheel. Besides the
+OpenAPI schema, fields the schema does not declare are reported: structural-schema pruning would
+drop them silently, so a misspelt field would vanish without an error on a real cluster.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from builder.release.api import API_VERSION
 from builder.release.errors import ManifestError
 
 CRD_FILE = "serving.kserve.io_inferenceservices.yaml"
-_CHECKOUT_SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "kserve"
 VENDORED = Path(__file__).resolve().parent / "crds"
 
 
@@ -31,7 +29,7 @@ def find_crd(explicit: Path | None = None, filename: str = CRD_FILE) -> Path | N
     candidates = [explicit] if explicit is not None else []
     if not candidates:
         env = os.environ.get("KSERVE_CRD_DIR")
-        candidates += [*([Path(env)] if env else []), _CHECKOUT_SHARED, VENDORED]
+        candidates += [*([Path(env)] if env else []), VENDORED]
     for candidate in candidates:
         paths = [candidate / filename, candidate / f"{filename}.gz"] if candidate.is_dir() else [candidate]
         for path in paths:

@@ -315,3 +315,19 @@ def test_cli_standard_canary_status_rollback_through_the_fake(
     # in-process the error reaches builder's main() handler, which makes it exit 10
     assert isinstance(refused.exception, ReleaseError) and refused.exception.exit_code == 10
     assert "has no canary" in refused.exception.message
+
+
+def test_the_default_crd_is_the_projects_own_vendored_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No path outside the project: without --crd and $KSERVE_CRD_DIR, the CRD is the copy
+    vendored in builder/release/crds/, and the CLI's help names no other."""
+    from typer.testing import CliRunner
+
+    from builder.cli.main import _register_commands, app
+    from builder.release.schema import VENDORED
+
+    monkeypatch.delenv("KSERVE_CRD_DIR", raising=False)
+    path = find_crd()
+    assert path is not None and path.parent == VENDORED
+    _register_commands()
+    shown = CliRunner().invoke(app, ["release", "render", "--help"], env={"COLUMNS": "200"}).output
+    assert "vendored" in shown and "shared" not in shown
