@@ -133,7 +133,7 @@ def test_a_deployment_is_created_served_updated_and_deleted(
 
 
 def test_refusals_are_one_mlflow_exception_line_and_write_nothing(
-    client: BaseDeploymentClient, fitted: dict[int, Any], triton: TritonServer, target: str
+    client: BaseDeploymentClient, fitted: dict[int, Any], triton: TritonServer, target: str, tmp_path: Path
 ) -> None:
     with pytest.raises(MlflowException) as excinfo:
         client.create_deployment("mlfd-missing", "models:/no-such-model@champion")
@@ -162,6 +162,22 @@ def test_refusals_are_one_mlflow_exception_line_and_write_nothing(
     with pytest.raises(MlflowException) as excinfo:
         get_deploy_client("triton-stack:s3://bucket/model_repo")
     assert "not a local folder" in refusal(excinfo)
+
+    # the README's placeholder typed as is: refused, and no folder made at that path
+    placeholder = tmp_path / "abs" / "path" / "model_repo"
+    typed = get_deploy_client(f"triton-stack:{placeholder}?triton=http://{triton.http_url}")
+    with pytest.raises(MlflowException) as excinfo:
+        typed.create_deployment("mlfd-placeholder", f"models:/{NAME}/1")
+    assert "does not exist" in refusal(excinfo) and "--model-control-mode explicit" in refusal(excinfo)
+    assert not (tmp_path / "abs").exists()
+    # a folder that exists but is not the one this Triton serves: refused before writing
+    elsewhere = tmp_path / "other_repo"
+    (elsewhere / "some_model").mkdir(parents=True)
+    wrong = get_deploy_client(f"triton-stack:{elsewhere}?triton=http://{triton.http_url}")
+    with pytest.raises(MlflowException) as excinfo:
+        wrong.create_deployment("mlfd-elsewhere", f"models:/{NAME}/1")
+    assert "does not serve" in refusal(excinfo)
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["some_model"]
 
 
 def mlflow_cli(*args: str) -> subprocess.CompletedProcess[str]:
