@@ -101,12 +101,38 @@ def serve(
         workers=workers,
     )
     _refuse_http_port_for_grpc(settings.triton_url)
+    _refuse_busy_ports(settings)
     if settings.workers > 1:
         if not settings.port:
             console.print("[bold red]error:[/] --workers above 1 needs a fixed --port (not 0)")
             sys.exit(2)
         sys.exit(_supervise(settings))
     _worker(settings, reuse_port=False)
+
+
+def _refuse_busy_ports(settings: Any) -> None:
+    """Bind each port once, alone (no SO_REUSEPORT), before serving: a port another process
+    holds is refused here. Without it, HTTP failed with uvicorn's bare errno line, and gRPC,
+    which binds with SO_REUSEPORT, joined another gateway's port and split its traffic
+    silently. (Only this gateway's own ``--workers`` share their ports.)"""
+    import socket
+
+    from gateway.refusal import refuse
+
+    for flag, port in (("--port", settings.port), ("--grpc-port", settings.grpc_port)):
+        if not port:
+            continue
+        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no holder
+            try:
+                probe.bind((settings.host, port))
+            except OSError as exc:
+                raise refuse(
+                    f"{settings.host}:{port} ({flag}) is in use: {exc.strerror or exc}",
+                    f"pass another {flag}, or stop what listens there (ss -ltnp 'sport = :{port}')",
+                    2,
+                ) from None
 
 
 def _refuse_http_port_for_grpc(url: str) -> None:

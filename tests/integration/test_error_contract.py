@@ -336,3 +336,22 @@ def test_serve_refuses_a_grpc_url_on_an_http_port(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.mark.parametrize("flag", ["--port", "--grpc-port"])
+def test_serve_refuses_a_port_another_process_holds(tmp_path: Path, flag: str) -> None:
+    """A busy HTTP port was uvicorn's bare errno line (exit 3), and a busy gRPC port was joined
+    silently (SO_REUSEPORT), splitting another gateway's traffic: both are one refusal, exit 2."""
+    import socket
+
+    from support.servers import free_port
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        ports = {"--port": str(free_port()), "--grpc-port": str(free_port()), flag: str(busy)}
+        args = ["gateway", "serve", "--feature-repo", str(FEATURE_REPO)]
+        args += [x for item in ports.items() for x in item]
+        proc = run(args, tmp_path)
+        assert_refusal(proc, 2, f"127.0.0.1:{busy}", f"({flag}) is in use", f"another {flag}")
