@@ -67,6 +67,11 @@ def latency_figure(history: list[HistoryPoint], title: str, limits: PlotLimits |
     seconds = [p.timestamp - t0 for p in points]
     fig = Figure(figsize=(9, 6), dpi=100)
     ax, errors = fig.subplots(2, 1, sharex=True, height_ratios=[3, 1])
+    # The scale is the measurements', so 8-21 ms lines do not lie flat under a 1,000 ms limit; a
+    # limit far above them (past 10x the highest) is named in the legend instead of drawn.
+    measured = [v for p in points for n in PERCENTILE_COLOURS if (v := getattr(p, n)) is not None]
+    highest = max(measured, default=1.0)
+    top = highest * 1.3
     for name, colour in PERCENTILE_COLOURS.items():
         values = [getattr(p, name) for p in points]
         ax.plot(
@@ -74,14 +79,27 @@ def latency_figure(history: list[HistoryPoint], title: str, limits: PlotLimits |
         )
         if name in limits.percentiles_ms:
             limit = limits.percentiles_ms[name]
-            ax.axhline(limit, color=colour, linestyle="--", linewidth=1, label=f"{name} limit {limit:g} ms")
+            if limit <= 10 * highest:
+                ax.axhline(
+                    limit, color=colour, linestyle="--", linewidth=1, label=f"{name} limit {limit:g} ms"
+                )
+                top = max(top, limit * 1.1)
+            else:
+                ax.plot(
+                    [],
+                    [],
+                    color=colour,
+                    linestyle="--",
+                    linewidth=1,
+                    label=f"{name} limit {limit:g} ms (off scale)",
+                )
     ax.set_ylabel("response time (ms, Locust's sliding window)")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(bottom=0, top=top)
     ax.grid(True, alpha=0.3)
     users = ax.twinx()
     users.step(seconds, [p.users for p in points], where="post", color="grey", alpha=0.5, label="users")
     users.set_ylabel("users")
-    users.set_ylim(bottom=0)
+    users.set_ylim(bottom=0, top=max(p.users for p in points) * 1.6 or 1)  # below the limit lines
     lines, labels = ax.get_legend_handles_labels()
     more_lines, more_labels = users.get_legend_handles_labels()
     ax.legend(lines + more_lines, labels + more_labels, loc="upper left", fontsize="small")

@@ -209,6 +209,19 @@ def test_the_plot_draws_each_sla_limit_dashed_in_its_percentiles_colour(tmp_path
     assert path.read_bytes().startswith(b"\x89PNG")
 
 
+def test_a_limit_far_above_the_measurements_keeps_them_readable() -> None:
+    """8-21 ms against a 1,000 ms limit: the scale is the measurements' (they no longer lie flat
+    on the axis) and the limit is named in the legend, off scale, not drawn."""
+    points = history([(100, 0, 0, 0, 0, 0), (101, 50, 0, 8, 15, 21), (102, 50, 0, 9, 14, 20)])
+    fig = latency_figure(points, "t", PlotLimits({"p99": 1000.0}, None))
+    latency = axis(fig, "response time")
+    assert latency.get_ylim()[1] < 40  # 21 ms uses most of the height
+    labels = [line.get_label() for line in latency.get_lines()]
+    assert "p99 limit 1000 ms (off scale)" in labels
+    (limit_line,) = [line for line in latency.get_lines() if "limit" in str(line.get_label())]
+    assert len(limit_line.get_ydata()) == 0  # named, not drawn
+
+
 def test_the_plot_without_limits_draws_only_the_measurements() -> None:
     fig = latency_figure(history([(101, 50, 0, 10, 20, 30)]), "t")
     assert [line.get_label() for line in axis(fig, "response time").get_lines()] == ["p50", "p95", "p99"]
