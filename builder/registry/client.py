@@ -150,8 +150,7 @@ def _resolve_version(client: Any, uri: ModelURI) -> Any:
             known = ", ".join(sorted(aliases)) or "none"
             raise RegistryError(
                 f"registered model {uri.name!r} has no alias {uri.alias!r} (aliases: {known})",
-                hint=f"set it with MlflowClient().set_registered_model_alias({uri.name!r}, "
-                f"{uri.alias!r}, VERSION)",
+                hint=_alias_hint(uri.name, uri.alias, sorted(aliases)),
             )
         return client.get_model_version(uri.name, str(aliases[uri.alias]))
     try:
@@ -210,4 +209,19 @@ def _pick_flavor(mlmodel: Any, uri: ModelURI) -> str:
         f"{uri.raw} has flavor(s) {logged}; the builder converts {', '.join(SUPPORTED_FLAVORS)}",
         hint="log the model with one of those flavors, or convert it to ONNX and log it with "
         "mlflow.onnx.log_model",
+    )
+
+
+def _alias_hint(name: str, alias: str, aliases: list[str]) -> str:
+    """A typo gets the alias it was meant to be, not an offer to create the misspelt one."""
+    import difflib
+
+    close = difflib.get_close_matches(alias, aliases, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean models:/{name}@{close[0]}?"
+    if aliases:
+        return "use one of its aliases: " + ", ".join(f"models:/{name}@{a}" for a in aliases)
+    return (
+        f"give a version (models:/{name}/1) or set an alias: "
+        f"MlflowClient().set_registered_model_alias({name!r}, {alias!r}, VERSION)"
     )

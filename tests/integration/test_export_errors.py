@@ -122,6 +122,13 @@ def test_refusal_is_clear_and_writes_nothing(
     assert not (repo.parent / "evil").exists()
 
 
+def test_a_misspelt_alias_gets_the_alias_it_meant_not_an_offer_to_create_it(registry_models: dict[str, Any]):
+    result = builder("export", "models:/err-good@champoin", "--repo", str(registry_models["repo"]))
+    assert result.returncode == 3, result.stderr
+    (hint,) = [line for line in result.stderr.splitlines() if line.startswith("hint:")]
+    assert "did you mean models:/err-good@champion?" in hint and "set_registered_model_alias" not in hint
+
+
 def test_parity_failure_reports_the_figures(registry_models: dict[str, Any]):
     result = builder(
         "export",
