@@ -203,7 +203,7 @@ class GatewaySettings(BaseSettings):
     # "off": no predictions are remembered (feedback answers 503; no shadow, no fallback).
     state_url: str | None = None
     # How long a prediction waits for its label (fraud labels come weeks later); an older
-    # label is "expired". Redis memory: ~200 bytes a prediction (docs/quality.md).
+    # label is "expired". Redis memory: ~250 bytes a prediction (docs/quality.md).
     state_ttl_s: int = Field(30 * 24 * 3600, ge=60)
     state_pairs_per_version: int = Field(50_000, ge=1)  # labeled pairs kept per answering version
     # The CRITICAL switch: model -> its fallback and rule, as JSON in GATEWAY_FALLBACK, e.g.

@@ -13,7 +13,7 @@ Keys (``{p}`` is the prefix, ``gateway:`` by default):
 Each write that must be atomic is one Lua script (pairing a label with every answer of its id,
 a maximum, compare-and-set), so two replicas taking labels for one id at once accept it once.
 Everything a batch writes goes in one pipelined round trip. Memory: a remembered prediction is
-one small hash, ~200 bytes with its key (measured in docs/quality.md); run the chart's Redis
+one small hash, ~250 bytes with its key (measured, docs/quality.md); run the chart's Redis
 with ``maxmemory-policy volatile-ttl`` so that under memory pressure the oldest evidence goes
 first and Feast's features (no TTL) never do.
 

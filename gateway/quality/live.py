@@ -24,6 +24,7 @@ answers the same report.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -59,7 +60,10 @@ class VersionPairs:
 
     @property
     def key(self) -> str:
-        return f"{self.model}|{self.role}|{self.answered_by}|{self.version}"
+        """The pair's name in the store: short, since every remembered prediction carries it
+        (the store's pair registry maps it back to model, role, answerer and version)."""
+        name = f"{self.model}|{self.role}|{self.answered_by}|{self.version}"
+        return hashlib.blake2b(name.encode(), digest_size=6).hexdigest()
 
     def info(self) -> str:
         return json.dumps(
