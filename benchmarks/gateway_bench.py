@@ -18,7 +18,9 @@ Triton → ``gateway serve`` as a subprocess (``support.servers``). Then:
 5. at each concurrency drives direct Triton gRPC (the assembled inputs to the model), gateway HTTP
    and gateway gRPC, alternated A B C C B A, in a separate client process (gateway_loadgen.py),
    reading the gateway's ``/metrics`` histograms at the window edges;
-6. profiles the gateway with py-spy under a steady HTTP and gRPC load, when py-spy is installed.
+6. profiles the gateway with py-spy under a steady HTTP and gRPC load, when py-spy is installed;
+7. what drift counting, shadow traffic and the shared evidence store cost, each on vs off
+   (drift_bench.py, shadow_bench.py, evidence_bench.py); ``--only evidence`` runs the last alone.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks import drift_bench, gateway_cpu, gateway_profile, report, shadow_bench
+from benchmarks import drift_bench, evidence_bench, gateway_cpu, gateway_profile, report, shadow_bench
 from benchmarks.gateway_loadgen import MODES, Target, Traffic, Window, measure, metric_key
 from support.load import Plan, triton_version
 
@@ -69,6 +71,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--shadow-seconds", type=float, default=4.0, help="seconds per side of shadow on vs off, 0: none"
+    )
+    parser.add_argument(
+        "--evidence-seconds",
+        type=float,
+        default=2.0,
+        help="seconds per wrk window of the evidence store on vs off, at 16 and at 1 client; 0: none",
+    )
+    parser.add_argument(
+        "--evidence-rounds", type=int, default=2, help="on off off on rounds per concurrency (evidence store)"
     )
     parser.add_argument(
         "--idle-seconds", type=float, default=20.0, help="seconds of each server's idle CPU reading"
@@ -548,6 +559,46 @@ def shadow_cost(
         )
 
 
+def evidence_cost(
+    bench: Bench, root: Path, store_env: dict[str, str], gateway_triton: str
+) -> dict[str, Any] | None:
+    """The shared evidence store's cost (benchmarks/evidence_bench.py): a gateway remembering every
+    prediction in Redis (a redis-server started here) against one with the store off, both started
+    for the comparison, on the same Triton."""
+    from dataclasses import replace
+
+    from support import servers
+
+    args = bench.args
+    if args.evidence_seconds <= 0:
+        return None
+    workdir = root / "gateway-evidence"
+    workdir.mkdir(exist_ok=True)
+    repo = root / "feature_repo"
+    aim = evidence_bench.AIM
+    plans = [
+        Plan(int(c), args.warmup, args.evidence_seconds)
+        for c in (aim["cpu_concurrency"], aim["p50_concurrency"])
+    ]
+    try:
+        with servers.redis_server(workdir) as redis:
+            extra = evidence_bench.settings(redis.port)
+            with (
+                gateway(workdir, gateway_triton, repo, store_env, **extra) as on_gw,
+                gateway(workdir, gateway_triton, repo, store_env, **evidence_bench.OFF) as off_gw,
+            ):
+                on, off = (
+                    replace(
+                        bench.target, gateway_http=gw.http, gateway_grpc=gw.grpc, gateway_pgid=gw.proc.pid
+                    )
+                    for gw in (on_gw, off_gw)
+                )
+                rounds = max(1, args.evidence_rounds)
+                return evidence_bench.compare((on, off), bench.traffic, plans, redis, bench.say, rounds)
+    except servers.ServerStartError as exc:
+        raise GatewayBenchError(str(exc)[:2000]) from None
+
+
 def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """Everything in the module docstring; returns the ``gateway`` part of the results."""
     root.mkdir(parents=True, exist_ok=True)
@@ -603,6 +654,15 @@ def _run(
             context = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
                 traffic = Traffic(rows, x)
+                if getattr(args, "only", None) == "evidence":  # run.py --only evidence: that alone
+                    evidence = evidence_cost(
+                        Bench(pool, target, traffic, args, say), root, store_env, gateway_triton
+                    )
+                    return {
+                        "triton_version": triton_version(server.grpc_url),
+                        "settings": {"model": MODEL, "rows": len(rows), "online_store": args.online_store},
+                        "evidence": evidence,
+                    }
                 cpu = gateway_cpu.run(
                     pool, target, traffic, server.http_url, root / "feature_repo", args, say
                 )
@@ -611,6 +671,7 @@ def _run(
                 profiles, profile_note = profile(bench, gw.proc.pid, root)
                 drift = drift_cost(bench, spec, root, store_env, gateway_triton)
                 shadow = shadow_cost(bench, root, store_env, gateway_triton)
+                evidence = evidence_cost(bench, root, store_env, gateway_triton)
             version = triton_version(server.grpc_url)
     finally:
         server.stop()
@@ -652,6 +713,7 @@ def _run(
         "profile_file": os.path.relpath(profile_file, REPO_ROOT) if profile_file else None,
         "drift": drift,
         "shadow": shadow,
+        "evidence": evidence,
         "cpu": {
             **cpu,
             "verdicts": gateway_cpu.verdicts(

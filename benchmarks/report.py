@@ -102,13 +102,16 @@ def to_markdown(report: dict[str, Any]) -> str:
     if "triton" in report:
         lines += _triton_markdown(report)
     if "gateway" in report:
-        lines += gateway_markdown(report["gateway"])
+        if "points" in report["gateway"]:  # not on --only evidence
+            lines += gateway_markdown(report["gateway"])
         if report["gateway"].get("cpu"):
             lines += cpu_markdown(report["gateway"]["cpu"])
         if report["gateway"].get("drift"):
             lines += drift_markdown(report["gateway"]["drift"])
         if report["gateway"].get("shadow"):
             lines += shadow_markdown(report["gateway"]["shadow"])
+        if report["gateway"].get("evidence"):
+            lines += evidence_markdown(report["gateway"]["evidence"])
     if "gpu_routes" in report:
         lines += gpu_markdown(report["gpu_routes"])
     if "ensemble" in report:
@@ -428,6 +431,84 @@ def shadow_markdown(d: dict[str, Any]) -> list[str]:
         f"On / off: {d['throughput_ratio']:.3f}× req/s, p50 {d['p50_added_ms']:+.3f} ms (aim: >= "
         f"{d['aim']['throughput_ratio']}×): {d['verdict']}. The challenger compared {s['rows']} rows "
         f"(dropped {s['dropped_rows']}, failed {s['error_rows']}, agreement {s['agreement']}).",
+    ]
+    return [*lines, ""]
+
+
+def _opt(x: float | None, fmt: str) -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def evidence_markdown(d: dict[str, Any]) -> list[str]:
+    """(c, evidence): the predict path with the shared evidence store on (Redis) vs off, under wrk."""
+    aim = d["aim"]
+    lines = [
+        "### The shared evidence store, on (Redis) vs off",
+        "",
+        f"On: {d['store']}. Load: {d['load']}, {d['window_s']} s each, after {d['warmup_s']:g} s of "
+        "warm-up of each gateway per concurrency. "
+        "CPU: utime + stime of each process tree from /proc around each measured run, per successful "
+        "request; p50/p99: the mean of the side's windows' wrk percentiles; other cores: the rest of the "
+        "machine's use meanwhile (wrk and anyone else; well above 0.1, the deltas are noisy).",
+        "",
+    ]
+
+    def spread(values: Sequence[float], fmt: str) -> str:
+        return " … ".join(format(v, fmt) for v in (min(values), max(values))) if values else "–"
+
+    rows = []
+    for p in d["points"]:
+        for name in ("on", "off"):
+            s = p[name]
+            added = name == "on"
+            rows.append(
+                [
+                    f"store {name}",
+                    str(p["concurrency"]),
+                    f"{s['throughput_per_s']:,.0f}",
+                    _opt(s["p50_ms"], ".2f"),
+                    _opt(s["p99_ms"], ".2f"),
+                    _opt(s["gateway_cpu_us_per_request"], ".0f"),
+                    _opt(s["triton_cpu_us_per_request"], ".0f"),
+                    _opt(s["redis_cpu_us_per_request"], ".0f") if added else "",
+                    _opt(s.get("rows_per_batch"), ".1f") if added else "",
+                    str(s["errors"] + len(s["failures"])),
+                    _opt(s["other_cores"], ".2f"),
+                    _opt(p["cpu_us_added_per_request"], "+.1f") if added else "",
+                    _opt(p["p50_added_ms"], "+.3f") if added else "",
+                    _opt(p["throughput_ratio"], ".3f") + "×" if added and p["throughput_ratio"] else "",
+                ]
+            )
+    header = ["gateway HTTP", "concurrency", "req/s", "p50 ms", "p99 ms", "gateway CPU µs/req"]
+    header += ["Triton CPU µs/req", "redis CPU µs/req", "rows a batch", "errors", "other cores"]
+    header += ["Δ gateway CPU µs/req", "Δp50 ms"]
+    lines += _table([*header, "on/off req/s"], rows)
+    w = d["written"]
+    lines += [""]
+    for p in d["points"]:
+        pairs = p.get("pair_deltas")
+        if not pairs:
+            continue
+        lines.append(
+            f"On − off per neighbouring pair of windows at {p['concurrency']}: gateway CPU "
+            f"{spread(pairs.get('gateway_cpu_us_per_request', []), '+.0f')} µs/req, p50 "
+            f"{spread(pairs.get('p50_ms', []), '+.2f')} ms ({len(pairs.get('p50_ms', []))} pairs)."
+        )
+    lines += [
+        "",
+        f"Aim: at most +{aim['cpu_us_added_per_request']:g} µs of gateway CPU per request at "
+        f"{aim['cpu_concurrency']} clients and +{aim['p50_added_ms']:g} ms p50 at {aim['p50_concurrency']} "
+        f"client: {d['verdict']}.",
+        f"Written: gateway_evidence_lost_total {w['evidence_lost_total']:g}; Redis held "
+        f"{w['prediction_keys']:,} gateway:p:* keys (DBSIZE {w['redis_dbsize']:,}) for "
+        f"{w['requests_answered_measured']:,} requests the 'on' gateway answered in the measured runs "
+        "(warm-ups add more)"
+        + (
+            f", sent in {w['batches']:,} pipelined batches in all ({w['rows_per_batch']:.1f} rows a batch, "
+            "each after a SCRIPT EXISTS round trip of redis-py's; per concurrency: column 'rows a batch')."
+            if w.get("rows_per_batch")
+            else "."
+        ),
     ]
     return [*lines, ""]
 

@@ -11,7 +11,8 @@ What it does, start to finish, in a throwaway MLflow registry and model reposito
    (b) drives each model with a closed-loop gRPC client in a separate process at each
    concurrency, alternating the two models (A B B A) so drift and noise hit both equally;
 5. (c) the gateway against direct Triton on the same rows, the Feast read alone, and a profile
-   of the gateway's request path (``gateway_bench.py``);
+   of the gateway's request path (``gateway_bench.py``); what drift counting, shadow traffic and
+   the shared evidence store cost, each on vs off (``--only evidence``: that comparison alone);
 6. (d) a neural network's serving routes, per batch size: ONNX Runtime on CPU, on CUDA, with its
    TensorRT accelerator, and the TensorRT plan (``gpu_routes.py``; without a GPU only the CPU
    route is measured and the others say why);
@@ -81,8 +82,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "benchmarks" / "results")
     parser.add_argument(
         "--only",
-        choices=("triton", "gateway", "gpu", "ensemble", "peer", "shim"),
-        help="run one part: (a)+(b), (c), (d), (e), (f) or (g)",
+        choices=("triton", "gateway", "evidence", "gpu", "ensemble", "peer", "shim"),
+        help="run one part: (a)+(b), (c), (c)'s evidence-store on vs off alone, (d), (e), (f) or (g)",
     )
     gateway_bench.add_arguments(parser)
     shim_bench.add_arguments(parser)
@@ -299,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
         use_throwaway_registry(root)
         if args.only in (None, "triton"):
             result.update(run_triton(args, runtime, root))
-        if args.only in (None, "gateway"):
+        if args.only in (None, "gateway", "evidence"):  # evidence: gateway_bench runs only that
             result["gateway"] = gateway_bench.run(args, runtime, root / "gateway", say)
         if args.only in (None, "gpu"):
             result["gpu_routes"] = gpu_routes.run(args, root / "gpu", say)
