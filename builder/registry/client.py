@@ -150,7 +150,7 @@ def _resolve_version(client: Any, uri: ModelURI) -> Any:
             known = ", ".join(sorted(aliases)) or "none"
             raise RegistryError(
                 f"registered model {uri.name!r} has no alias {uri.alias!r} (aliases: {known})",
-                hint=_alias_hint(uri.name, uri.alias, sorted(aliases)),
+                hint=_alias_hint(str(uri.name), uri.alias, sorted(aliases)),
             )
         return client.get_model_version(uri.name, str(aliases[uri.alias]))
     try:
