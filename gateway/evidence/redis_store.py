@@ -30,7 +30,7 @@ from urllib.parse import urlparse
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from gateway.evidence.store import SLOT_TTL_S, Found, Remembered, SlotCounts, StoreUnavailable
 
@@ -38,23 +38,34 @@ TIMEOUT_S: Final = 1.0
 SEP: Final = "\x1f"
 
 _REMEMBER = """
-local ttl, model, pair, champion = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
-local zkey, cap, plen = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local field = champion and 'a' or ('c:' .. pair)
-for i, key in ipairs(KEYS) do
-  local answer = ARGV[7 + i]
-  local new = redis.call('HSET', key, field, answer)
-  if champion then redis.call('HSET', key, 'm', model, 'k', pair)
-  else redis.call('HSETNX', key, 'm', model) end
-  redis.call('EXPIRE', key, ttl)
-  if new == 1 then
-    local label = redis.call('HMGET', key, 'l', 't')
-    if label[1] then  -- labeled before this version answered: pair it now
-      redis.call('ZADD', zkey, label[2], string.sub(key, plen + 1) .. '\\31' .. label[1] .. '\\31' .. answer)
-      redis.call('ZREMRANGEBYRANK', zkey, 0, -cap - 1)
-      redis.call('EXPIRE', zkey, ttl)
+-- one call per flush, whatever the batches: KEYS are the rows' records in order; ARGV the
+-- settings, then per batch its champion flag, model, pair and row count, then that many answers
+local ttl, cap, plen, lp = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
+local at, row = 5, 0
+while at <= #ARGV do
+  local champion, model, pair, n = ARGV[at] == '1', ARGV[at + 1], ARGV[at + 2], tonumber(ARGV[at + 3])
+  for i = 1, n do
+    local key, answer = KEYS[row + i], ARGV[at + 3 + i]
+    local new
+    if champion then  -- 3 new fields, or 2 after a challenger's answer: not seen before
+      new = redis.call('HSET', key, 'a', answer, 'm', model, 'k', pair) >= 2
+    else
+      new = redis.call('HSET', key, 'c:' .. pair, answer) == 1
+      redis.call('HSETNX', key, 'm', model)
+    end
+    redis.call('EXPIRE', key, ttl)
+    if new then
+      local label = redis.call('HMGET', key, 'l', 't')
+      if label[1] then  -- labeled before this version answered: pair it now
+        local zkey = lp .. pair
+        local member = string.sub(key, plen + 1) .. '\\31' .. label[1] .. '\\31' .. answer
+        redis.call('ZADD', zkey, label[2], member)
+        redis.call('ZREMRANGEBYRANK', zkey, 0, -cap - 1)
+        redis.call('EXPIRE', zkey, ttl)
+      end
     end
   end
+  row, at = row + n, at + 4 + n
 end
 return 1
 """
@@ -150,41 +161,51 @@ class RedisEvidence:
             retry=Retry(NoBackoff(), 0),  # fail at once: the writer counts the loss, feedback says 503
             decode_responses=True,
         )
-        self._remember = self._redis.register_script(_REMEMBER)
-        self._label = self._redis.register_script(_LABEL)
-        self._count = self._redis.register_script(_COUNT)
-        self._swap = self._redis.register_script(_SWAP)
+        self._shas: dict[str, str] = {}
 
     def _key(self, kind: str, name: str) -> str:
         return f"{self.prefix}{kind}:{name}"
+
+    async def _load(self, script: str) -> str:
+        sha: str = await self._redis.script_load(script)
+        return sha
+
+    def _unavailable(self, exc: RedisError) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"the shared evidence store ({self.where}) failed: {type(exc).__name__}: {exc}",
+            cause="evidence_store",
+        )
 
     async def _run(self, call: Any) -> Any:
         try:
             return await call
         except RedisError as exc:
-            raise StoreUnavailable(
-                f"the shared evidence store ({self.where}) failed: {type(exc).__name__}: {exc}",
-                cause="evidence_store",
-            ) from exc
+            raise self._unavailable(exc) from exc
 
     async def remember(self, batches: Sequence[Remembered]) -> None:
+        """Every batch in one EVALSHA (one round trip, no pipeline: redis-py checks a pipeline's
+        scripts with SCRIPT EXISTS first, a second round trip per flush)."""
         if not batches:
             return
-        pipe = self._redis.pipeline(transaction=False)
         record = self._key("p", "")
+        keys = [record + i for b in batches for i in b.ids]
+        args: list[str | int] = [self.ttl_s, self.cap, len(record), self._key("lp", "")]
         for b in batches:
-            keys = [record + i for i in b.ids]
-            head: list[str | int] = [
-                self.ttl_s,
-                b.model,
-                b.pair,
-                int(b.champion),
-                self._key("lp", b.pair),
-                self.cap,
-                len(record),
-            ]
-            await self._remember(keys=keys, args=[*head, *b.answers], client=pipe)
-        await self._run(pipe.execute())
+            args += ("1" if b.champion else "0", b.model, b.pair, len(b.answers), *b.answers)
+        await self._evalsha(_REMEMBER, keys, args)
+
+    async def _evalsha(self, script: str, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        """``script`` by its SHA, loaded once (and again after a Redis restart forgot it)."""
+        sha = self._shas.get(script)
+        try:
+            if sha is None:
+                sha = self._shas[script] = await self._load(script)
+            return await self._redis.evalsha(sha, len(keys), *keys, *args)  # type: ignore[misc]
+        except NoScriptError:
+            sha = self._shas[script] = await self._run(self._load(script))
+            return await self._run(self._redis.evalsha(sha, len(keys), *keys, *args))
+        except RedisError as exc:
+            raise self._unavailable(exc) from exc
 
     async def register(self, model: str, pair: str, info: str) -> None:
         await self._run(self._redis.hset(self._key("pairs", model), pair, info))
@@ -207,7 +228,7 @@ class RedisEvidence:
             len(record),
             *(v for _, v in items),
         ]
-        raw = await self._run(self._label(keys=keys, args=args))
+        raw = await self._evalsha(_LABEL, keys, args)
         out = []
         for state in raw:
             if state == "a":
@@ -229,14 +250,10 @@ class RedisEvidence:
         return out
 
     async def add_counts(self, updates: Sequence[SlotCounts]) -> None:
-        if not updates:
-            return
-        pipe = self._redis.pipeline(transaction=False)
-        for u in updates:
+        for u in updates:  # a few a second (one per slot and pair): no batching needed
             flat = [x for f, v in u.fields.items() if v for x in (f, repr(float(v)))]
             key = self._key("n", f"{u.name}:{u.slot}")
-            await self._count(keys=[key], args=[SLOT_TTL_S, repr(float(u.maximum)), *flat], client=pipe)
-        await self._run(pipe.execute())
+            await self._evalsha(_COUNT, [key], [SLOT_TTL_S, repr(float(u.maximum)), *flat])
 
     async def counts(self, name: str, first: int, last: int) -> dict[int, tuple[dict[int, float], float]]:
         slots = list(range(first, last + 1))
@@ -260,7 +277,7 @@ class RedisEvidence:
 
     async def swap(self, name: str, expect: str | None, value: str) -> bool:
         args = ["0", "", value] if expect is None else ["1", expect, value]
-        return bool(await self._run(self._swap(keys=[self._key("kv", name)], args=args)))
+        return bool(await self._evalsha(_SWAP, [self._key("kv", name)], args))
 
     async def claim(self, name: str, seconds: float) -> bool:
         ms = max(1, int(seconds * 1000))

@@ -2,9 +2,10 @@
 
 Observers run on the event loop after the callers were answered (gateway/observe.py) and must
 not wait, so they only append here. One task sends whatever accumulated meanwhile in one round
-trip (a pipeline on Redis, a transaction on SQLite), then looks again: under load the batches
-grow by themselves, at one request a second each goes alone within a millisecond. Count sources
-(the shadow runner's one-minute slots) are drained every ``count_every_s``.
+trip (one Lua call on Redis, one transaction on SQLite), then waits ``linger_s`` (5 ms) and looks
+again: under load each round trip carries many requests' rows, at one request a second each goes
+alone within milliseconds. Count sources (the shadow runner's one-minute slots) are drained
+every ``count_every_s``.
 
 Nothing here can fail a request. A store that does not answer costs the evidence of that round
 trip, counted in ``gateway_evidence_lost_total{model,what}`` and logged at most every 10 s;
@@ -15,7 +16,6 @@ than the traffic), new evidence is dropped and counted the same way, so memory s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -28,6 +28,10 @@ from gateway.evidence.store import EvidenceStore, Remembered, SlotCounts
 log = logging.getLogger("gateway.evidence")
 
 MAX_PENDING: Final = 100_000
+# After a round trip the writer waits this long before the next, so one carries every row that
+# came meanwhile (measured: one call per served batch cost the gateway +40 us a request at 16
+# clients; evidence a few milliseconds later costs nothing).
+LINGER_S: Final = 0.005
 LOG_EVERY_S: Final = 10.0
 
 CountSource = Callable[[], Sequence[SlotCounts]]
@@ -35,11 +39,17 @@ CountSource = Callable[[], Sequence[SlotCounts]]
 
 class EvidenceWriter:
     def __init__(
-        self, store: EvidenceStore, max_pending: int = MAX_PENDING, count_every_s: float = 1.0
+        self,
+        store: EvidenceStore,
+        max_pending: int = MAX_PENDING,
+        count_every_s: float = 1.0,
+        linger_s: float = LINGER_S,
     ) -> None:
         self.store = store
         self.max_pending = max_pending
         self.count_every_s = count_every_s
+        self.linger_s = linger_s
+        self._drain_due = False
         self._remembered: list[Remembered] = []
         self._rows = 0
         self._registers: dict[tuple[str, str], str] = {}
@@ -80,17 +90,24 @@ class EvidenceWriter:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
+            self._tick()
+
+    def _tick(self) -> None:
+        """Every ``count_every_s``: the count sources are due (a timer, not a timeout on every
+        wait, which cost a task per wake-up)."""
+        if self._closing:
+            return
+        self._drain_due = True
+        self._wake.set()
+        asyncio.get_running_loop().call_later(self.count_every_s, self._tick)
 
     async def _run(self) -> None:
-        last_counts = time.monotonic()
         while not self._closing:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=self.count_every_s)
+            await self._wake.wait()
             self._wake.clear()
-            drain = time.monotonic() - last_counts >= self.count_every_s
-            if drain:
-                last_counts = time.monotonic()
+            drain, self._drain_due = self._drain_due, False
             await self.flush(drain_counts=drain)
+            await asyncio.sleep(self.linger_s)
 
     async def flush(self, drain_counts: bool = True) -> None:
         """Send everything waiting now (and the count sources' slots with ``drain_counts``)."""
