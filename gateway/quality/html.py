@@ -19,6 +19,7 @@ _STYLE = """
 body{font:14px system-ui,sans-serif;margin:2em;color:#222;max-width:70em}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}.note{color:#666}
+.verdict{font-size:15px;background:#f6f8fa;border-left:4px solid #1e88e5;padding:6px 10px}
 """
 _COLORS: Final = ("#1e88e5", "#e53935", "#43a047", "#8e24aa", "#fb8c00", "#00897b")
 _MEANING: Final = {
@@ -116,6 +117,42 @@ def reliability_svg(versions: tuple[VersionQuality, ...]) -> str:
     return "".join(parts)
 
 
+def verdict(versions: tuple[VersionQuality, ...]) -> str:
+    """The comparison in one sentence: the challenger against the champion that answered most,
+    metric by metric, in each metric's better direction (the release gate decides; this says
+    what the labels show)."""
+    champions = [v for v in versions if v.role == "champion" and v.rows]
+    challengers = [v for v in versions if v.role == "challenger" and v.rows]
+    if not champions:
+        return '<p class="verdict">No version has labeled rows: nothing to compare.</p>'
+    champion = max(champions, key=lambda v: v.rows)
+    if not challengers:
+        return (
+            f'<p class="verdict">{escape(_name(champion))} alone answered labeled rows '
+            f"({champion.rows}): no challenger to compare with.</p>"
+        )
+    lines = []
+    for challenger in challengers:
+        better: list[str] = []
+        worse: list[str] = []
+        for metric, mine in challenger.metrics.items():
+            theirs = champion.metrics.get(metric)
+            if mine is None or theirs is None or mine == theirs:
+                continue
+            wins = (mine > theirs) == HIGHER_IS_BETTER.get(metric, True)
+            (better if wins else worse).append(f"{metric} {_num(mine)} vs {_num(theirs)}")
+        judged = len(better) + len(worse)
+        word = "better" if len(better) > len(worse) else "worse" if len(worse) > len(better) else "even"
+        lines.append(
+            f"<b>{escape(_name(challenger))}</b> against <b>{escape(_name(champion))}</b>: {word} on "
+            f"these labels, better on {len(better)} of {judged} metrics"
+            + (f" ({escape(', '.join(better))})" if better else "")
+            + (f", worse on {escape(', '.join(worse))}" if worse else "")
+            + f"; {challenger.rows} vs {champion.rows} labeled rows."
+        )
+    return '<p class="verdict">' + "<br>".join(lines) + "</p>"
+
+
 def render(report: OfflineReport) -> str:
     """The whole report as an HTML document."""
     quality = report.report
@@ -136,7 +173,9 @@ def render(report: OfflineReport) -> str:
         f"<code>{escape(report.labels.source)}</code>, joined {escape(how)}. A {escape(quality.kind)} "
         "model; metrics are computed per version that answered (the champion's rows, and the rows a "
         "challenger shadowed), over the rows with an accepted label; – is undefined on these rows "
-        "(AUC with one class only, precision with nothing predicted positive).</p>"
+        "(AUC with one class only, precision with nothing predicted positive). Precision, recall and "
+        "accuracy count a row as predicted positive when its score is at or above the version's "
+        "decision threshold (<code>serving.decision_threshold</code> of its export, else 0.5).</p>"
     )
     notes = "".join(f'<p class="note">{escape(n)}</p>' for n in report.notes)
     plot = ""
@@ -144,10 +183,11 @@ def render(report: OfflineReport) -> str:
         plot = (
             "<h2>Reliability</h2><p>Per score bin (0.1 wide): the share of rows that were truly positive "
             "against the mean predicted probability. On the diagonal, a score of 0.8 means an 80% "
-            f"chance.</p>{reliability_svg(quality.versions)}"
+            "chance. A dot's area grows with the rows in its bin (hover for the count): a far-off dot "
+            f"of few rows says little.</p>{reliability_svg(quality.versions)}"
         )
     body = (
-        f"{head}{notes}<h2>Quality</h2>{_quality_table(quality.versions)}"
+        f"{head}{notes}<h2>Quality</h2>{verdict(quality.versions)}{_quality_table(quality.versions)}"
         f"<h2>Labels</h2>{_join_table(report)}{plot}"
     )
     return (

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import random
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -253,6 +254,11 @@ def check_dom(dom: str, logged: Logged) -> None:
     joins = {row[0]: row[1] for row in parsed.tables["join"][1:]}
     assert joins == {"accepted": "100", "duplicate": "1", "conflicting": "1", "unknown": "1", "invalid": "1"}
     assert "svg" in parsed.tags and parsed.tags.count("circle") >= 3  # the reliability plot
+    # the comparison in words, above the table, on each side's own labeled rows
+    text = " ".join(re.sub(r"<[^>]+>", "", dom).split())
+    assert f"challenger {CHALLENGER} v7 against champion {MODEL} v1: better on these labels" in text
+    assert "better on 4 of 6 metrics (auc" in text and f"{SHADOWED} vs {N1} labeled rows" in text
+    assert "decision threshold" in text and "area grows with the rows in its bin" in text
 
 
 def test_html_report_has_the_tables_and_the_plot(html_report: Path, logged: Logged) -> None:
