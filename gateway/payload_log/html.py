@@ -23,6 +23,7 @@ body{font:14px system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}
 th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
 .feature{display:inline-block;vertical-align:top;margin:0 2em 2em 0}.note{color:#666}
+.verdict{font-size:15px;background:#f6f8fa;border-left:4px solid #1e88e5;padding:6px 10px}
 """
 
 
@@ -45,7 +46,8 @@ def _bars(binned: Binned, window: np.ndarray) -> str:
     ref = binned.expected / max(binned.expected.sum(), 1)
     win = window / max(window.sum(), 1)
     labels = bin_labels(binned)
-    width, height, left, bottom = 34 * len(labels) + 50, 220, 40, 70
+    # room below for the bin labels at 45° (18 characters) and at the right for the last one
+    width, height, left, bottom = 34 * len(labels) + 120, 270, 40, 110
     top = max(float(ref.max(initial=0)), float(win.max(initial=0)), 0.01)
     scale = (height - bottom - 10) / top
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">']
@@ -70,6 +72,10 @@ def _bars(binned: Binned, window: np.ndarray) -> str:
             f'<text font-size="10" transform="translate({x + 14},{height - bottom + 10}) rotate(45)">'
             f"{escape(label[:18])}</text>"
         )
+    for j, (color, who) in enumerate((("#9e9e9e", "reference"), ("#1e88e5", "window"))):
+        y = 4 + 14 * j  # the legend, top right
+        parts.append(f'<rect x="{width - 80}" y="{y}" width="10" height="10" fill="{color}"/>')
+        parts.append(f'<text x="{width - 66}" y="{y + 9}" font-size="10">{who}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -92,8 +98,34 @@ def _row(feature: FeatureReport) -> str:
     )
 
 
+_ORDER = ("alert", "warn", "ok")
+
+
+def summary(version: VersionReport) -> str:
+    """The version's verdict in one line: the worst verdict, and which features have each."""
+    named: dict[str, list[str]] = {}
+    for feature in version.features:
+        if feature.drift is not None:
+            label = feature.name
+            if feature.drift.verdict in ("alert", "warn") and feature.drift.psi is not None:
+                label += f" (PSI {_num(feature.drift.psi)})"
+            named.setdefault(feature.drift.verdict, []).append(label)
+    worst = next((v for v in _ORDER if v in named), None)
+    if worst is None:
+        return '<p class="verdict">No verdict: too few rows in the log for any feature, or no reference.</p>'
+    parts = []
+    for verdict in _ORDER:
+        if verdict in named:
+            names = named[verdict]
+            shown = ", ".join(names) if verdict != "ok" else f"{len(names)} feature(s)"
+            parts.append(
+                f'<span style="color:{_COLORS.get(verdict, "#222")}">{verdict}</span>: {escape(shown)}'
+            )
+    return f'<p class="verdict">Verdict <b>{worst}</b>. ' + "; ".join(parts) + ".</p>"
+
+
 def _version(version: VersionReport) -> str:
-    out = [f"<h2>Version {escape(version.version)}: {version.rows} rows</h2>"]
+    out = [f"<h2>Version {escape(version.version)}: {version.rows} rows</h2>", summary(version)]
     if version.reference is None:
         out.append(f'<p class="note">No reference to compare with: {escape(version.why_not)}.</p>')
     else:

@@ -209,3 +209,6 @@ def test_the_report_reads_the_real_log_against_the_exported_reference(
     html = out.read_text()
     for name in (*stack.trained.columns, "score"):  # every model column, and the prediction
         assert f"<h3>{name}</h3><svg" in html, name
+    # the top line says the verdict and who carries it; each chart says which bar is which
+    assert re.search(r'class="verdict">(Verdict <b>(alert|warn|ok)</b>\. |No verdict)', html), html[:2000]
+    assert html.count(">reference</text>") == html.count("<h3>") == html.count(">window</text>")
