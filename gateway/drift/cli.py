@@ -23,6 +23,7 @@ import urllib.request
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -106,10 +107,12 @@ def table(report: dict[str, Any], version: dict[str, Any]) -> Table:
         f"{report['model']} version {version['version']}: {version['rows']} rows in {report['window']}, "
         f"verdict [{_STYLE.get(version['verdict'], '')}]{version['verdict']}[/]"
     )
-    out = Table(title=title, title_justify="left")
-    for col in ("feature", "PSI", "χ² p", "KS (crit.)", "null rate Δ", "verdict"):
-        out.add_column(col, justify="left" if col in ("feature", "verdict") else "right")
+    # A light box, and nothing cut: at 80 columns a boxed table cut the words that carry the
+    # meaning (merchant_frau…); cells never wrap, so a narrow terminal scrolls instead.
+    out = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     rows = [*version["features"], *([version["prediction"]] if version.get("prediction") else [])]
+    for col in ("feature", "PSI", "χ² p", "KS (crit.)", "null Δ", "verdict"):
+        out.add_column(col, justify="left" if col in ("feature", "verdict") else "right", no_wrap=True)
     for i, f in enumerate(rows):
         name = f"{f['name']} (prediction)" if i == len(version["features"]) else f["name"]
         ks = "-" if f["ks"] is None else f"{f['ks']:.3f} ({_num(f['ks_critical'])})"
