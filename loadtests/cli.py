@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from loadtests.criteria import window_seconds
+from loadtests.entities import default_feature_repo
 from loadtests.errors import EXIT_CODES, EXIT_EVIDENCE_MISSED, EXIT_PASS, GateError, SlaFileError, UsageError
 from loadtests.evidence import FETCH_TIMEOUT_S, EvidenceSource, Subject, collect_evidence
 from loadtests.gate import GateRequest, default_out_dir, describe_request, parse_duration, run_gate
@@ -199,6 +200,7 @@ def gate(
                 model=model,
                 model_version=model_version,
                 model_repo=str(model_repo.expanduser().absolute()),
+                feature_repo=default_feature_repo(LoadOptions.feature_repo),
                 rows_per_request=rows_per_request,
                 channels=channels,
                 request_timeout=request_timeout,

@@ -45,7 +45,8 @@ def shop_feature_repo(root: Path) -> Path:
     """A real Feast repo (SQLite online store), not the demo's: a STRING-keyed customer view and
     an int-keyed store view in one service. Customers C-1..C-6 are online; C-7, C-8 only have
     snapshots older than the TTL (never materialized); C-9 got its snapshot after the last
-    materialization (offline, within the TTL, not online)."""
+    materialization (offline, within the TTL, not online); C-10 is online, but its snapshot
+    leaves the TTL within the hour (a gate running then would see it go)."""
     import pandas as pd
     from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
     from feast.types import Float64, String
@@ -56,11 +57,12 @@ def shop_feature_repo(root: Path) -> Path:
     (root / "feature_store.yaml").write_text(FEATURE_STORE_YAML.read_text())
     now = pd.Timestamp.now(tz="UTC")
     fresh, stale = now - pd.Timedelta(hours=1), now - pd.Timedelta(days=10)
+    expiring = now - pd.Timedelta(days=2) + pd.Timedelta(minutes=20)
     customers = pd.DataFrame(
         {
-            "customer_id": [f"C-{i}" for i in range(1, 9)],
-            "segment": ["gold", "silver"] * 4,
-            "event_timestamp": [fresh] * 6 + [stale] * 2,
+            "customer_id": [f"C-{i}" for i in range(1, 9)] + ["C-10"],
+            "segment": ["gold", "silver"] * 4 + ["gold"],
+            "event_timestamp": [fresh] * 6 + [stale] * 2 + [expiring],
         }
     )
     stores = pd.DataFrame(
@@ -123,7 +125,7 @@ def test_the_gateway_user_draws_only_entities_the_online_store_has(tmp_path: Pat
         feature_repo=str(shop_feature_repo(tmp_path / "features")),
     )
     rows = gateway_rows(options, seed=1).body(300)["rows"]
-    assert {r["customer_id"] for r in rows} == {f"C-{i}" for i in range(1, 7)}  # not C-7..C-9
+    assert {r["customer_id"] for r in rows} == {f"C-{i}" for i in range(1, 7)}  # not C-7..C-10
     assert {r["store_id"] for r in rows} == {1, 2, 3}
     # the model's request fields, by their dtypes; none of the demo's
     assert all(set(r) == {"customer_id", "store_id", "basket", "promo"} for r in rows)
@@ -176,3 +178,22 @@ def test_entity_sources_that_cannot_give_entities_say_why(tmp_path: Path) -> Non
         LoadOptions(model="shop-model", model_repo=models, feature_repo="feature_repo"), 0
     ).row()
     assert {"user_id", "merchant_id"} <= set(row)
+
+
+def test_the_gate_hands_locust_the_applied_feature_repo_by_its_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Locust runs in the report folder: the default relative `feature_repo` found nothing there,
+    and the README's gate drew ids from ranges (0.8 % of them 404s). An applied repository in
+    the current folder is passed by its absolute path; an unapplied one (a fresh checkout) keeps
+    the name, and the ranges, as before."""
+    from loadtests.entities import default_feature_repo
+
+    shop_feature_repo(tmp_path / "feature_repo")
+    monkeypatch.chdir(tmp_path)
+    assert default_feature_repo("feature_repo") == str(tmp_path / "feature_repo")
+    (tmp_path / "bare").mkdir()
+    monkeypatch.chdir(tmp_path / "bare")
+    (tmp_path / "bare" / "feature_repo").mkdir()
+    (tmp_path / "bare" / "feature_repo" / "feature_store.yaml").write_text(FEATURE_STORE_YAML.read_text())
+    assert default_feature_repo("feature_repo") == "feature_repo"  # not applied: no registry yet
