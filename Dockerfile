@@ -13,12 +13,10 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 WORKDIR /src
 COPY requirements/gateway.lock requirements/gateway.lock
-# --no-deps + pip check: exactly the locked set, and the build fails if a requirement is unpinned.
-# async-timeout only on a Python before 3.11.3 (Debian bookworm's python3 is 3.11.2, the base
-# `make image-check` builds on where no registry answers): redis needs it there, asyncio.timeout
-# after. On python:3.11.14 the marker is false and pip skips it.
-RUN /opt/venv/bin/pip install --no-cache-dir --no-deps --only-binary=:all: -r requirements/gateway.lock \
-      "async-timeout==5.0.1; python_full_version < '3.11.3'" \
+# --require-hashes + --no-deps + pip check: exactly the locked bytes (every pin carries the sha256
+# of its files), and the build fails if a requirement is missing from the lock.
+RUN /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps --only-binary=:all: \
+      -r requirements/gateway.lock \
  && /opt/venv/bin/pip check
 COPY pyproject.toml README.md ./
 COPY gateway gateway

@@ -8,10 +8,12 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The venv stamp carries the lock's hash, so editing the lock rebuilds the environment.
-LOCK_HASH := $(shell sha256sum requirements/project.lock pyproject.toml | sha256sum | cut -c1-12)
+# The venv stamp carries the locks' hash, so editing a lock rebuilds the environment. Every lock
+# pins each package with the sha256 of its files (`python -m support.locks` adds them), and every
+# install below runs with --require-hashes and --no-deps: exactly the locked bytes, then pip check.
+LOCK_HASH := $(shell sha256sum requirements/project.lock requirements/bootstrap.lock requirements/torch-cpu.lock requirements/torch-cuda.lock pyproject.toml | sha256sum | cut -c1-12)
 VENV_STAMP := $(VENV)/.installed-$(LOCK_HASH)
-CORE_HASH := $(shell sha256sum requirements/core.lock pyproject.toml | sha256sum | cut -c1-12)
+CORE_HASH := $(shell sha256sum requirements/core.lock requirements/bootstrap.lock pyproject.toml | sha256sum | cut -c1-12)
 CORE_STAMP := $(VENV)/.core-$(CORE_HASH)
 export BUILDER_RUNTIME_DIR ?= $(CURDIR)/.runtime
 PYTEST_ARGS ?=
@@ -36,30 +38,46 @@ setup: venv runtime redis
 # The demo's feature store is SQLite: it needs no redis-server.
 setup-demo: venv-core runtime
 
+# The installer of the locks: uv (pinned and hashed in bootstrap.lock, installed by the venv's own
+# pip), about twice as fast as pip here (docs/testing.md). INSTALLER=pip installs them with pip
+# instead: the fallback where uv cannot reach the index pip is set up for (uv does not read
+# pip.conf). torch's CPU build is installed by pip either way: it lies in pip's find-links.
+INSTALLER ?= uv
+ifeq ($(INSTALLER),pip)
+LOCKED_INSTALL = $(BIN)/python -m pip install --quiet --require-hashes --no-deps -r
+else
+LOCKED_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python --require-hashes --no-deps --compile-bytecode -r
+endif
+
 venv: $(VENV_STAMP)
 
 venv-core: $(CORE_STAMP)
 
-$(VENV_STAMP): requirements/project.lock pyproject.toml
+$(VENV_STAMP): requirements/project.lock requirements/bootstrap.lock requirements/torch-cpu.lock requirements/torch-cuda.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), "Python 3.11+ is required"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade "pip==25.3"
-	$(BIN)/python -m pip install --quiet -r requirements/project.lock
+	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/bootstrap.lock
+	$(LOCKED_INSTALL) requirements/project.lock
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements/torch-cpu.lock 2>/dev/null || { \
+	  echo "torch's CPU build is not on this machine: installing PyPI's build (requirements/torch-cuda.lock)"; \
+	  $(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements/torch-cuda.lock; }
+	$(BIN)/python -m pip check
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-* $(VENV)/.core-*
 	touch $@ $(CORE_STAMP)
 
 # project.lock holds core.lock with the same pins, so where the full set is installed the core
 # is too; `make test` installs the full set first (setup's order), then finds the core done.
-# The editable install is built here (--no-build-isolation) and needs setuptools >= 70.1, whose
-# bdist_wheel is built in (the venv's own is older); in the full set torch and grpcio-tools
-# bring it. 84.2.1 is the version the full set resolves.
-$(CORE_STAMP): requirements/core.lock pyproject.toml
+# The editable install is built here (--no-build-isolation) with bootstrap.lock's setuptools.
+# torch: the CPU build (torch-cpu.lock) where the machine has it on disk (this kind does, in pip's
+# find-links), else PyPI's CUDA build and its libraries (torch-cuda.lock).
+$(CORE_STAMP): requirements/core.lock requirements/bootstrap.lock pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] >= (3, 11), "Python 3.11+ is required"'
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	if [ ! -f $(VENV_STAMP) ]; then \
-	  $(BIN)/python -m pip install --quiet --upgrade "pip==25.3" "setuptools==84.2.1" && \
-	  $(BIN)/python -m pip install --quiet -r requirements/core.lock && \
+	  $(BIN)/python -m pip install --quiet --require-hashes -r requirements/bootstrap.lock && \
+	  $(LOCKED_INSTALL) requirements/core.lock && \
+	  $(BIN)/python -m pip check && \
 	  $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e . ; fi
 	rm -f $(VENV)/.core-*
 	touch $@
@@ -137,13 +155,16 @@ lint: venv
 # support/image_check.py picks the base (the registry's, else a Debian one made with mmdebstrap).
 DOCKER ?= docker
 VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}.*/\1/p' helm/triton-stack/Chart.yaml)
-image:
+# Either way the image's CycloneDX SBOM (its Python packages) lands beside it, in
+# build/triton-stack-gateway-$(VERSION).cdx.json (support/sbom.py; the venv has its library).
+image: venv
 	@if [ "$(origin DOCKER)" = file ] && ! $(DOCKER) info >/dev/null 2>&1 && command -v buildah >/dev/null 2>&1; then \
 	  echo "make image: no Docker engine answers; building with buildah" >&2; \
-	  $(PYTHON) -m support.image_check build --tag triton-stack/gateway:$(VERSION); \
+	  $(BIN)/python -m support.image_check build --tag triton-stack/gateway:$(VERSION); \
 	else \
 	  command -v $(DOCKER) >/dev/null 2>&1 || { echo "make image: $(DOCKER) not found on PATH: install Docker (or set DOCKER=podman), or buildah" >&2; exit 1; }; \
-	  $(DOCKER) build -t triton-stack/gateway:$(VERSION) .; \
+	  $(DOCKER) build -t triton-stack/gateway:$(VERSION) . && \
+	  $(BIN)/python -m support.sbom --engine docker --tag triton-stack/gateway:$(VERSION); \
 	fi
 
 # Build the image with buildah (no daemon) and run its own entrypoint against a real Triton and

@@ -127,7 +127,7 @@ def ensure_venv(say: Callable[[str], None]) -> Path:
     say(f"building MLServer's venv in {VENV} (once)")
     shutil.rmtree(VENV, ignore_errors=True)
     subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    pip = [str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+    pip = [str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", "--require-hashes"]
     done = subprocess.run([*pip, "-r", str(LOCK)], capture_output=True, text=True)
     if done.returncode != 0:
         raise PeerBenchError(f"installing MLServer failed: {done.stderr.strip().splitlines()[-1:]}")

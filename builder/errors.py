@@ -51,9 +51,8 @@ class MissingExtraError(ConversionError):
     def __init__(self, flavor: str, extra: str, missing: str, packages: tuple[str, ...]) -> None:
         super().__init__(
             f"the {flavor} flavor needs the {extra} extra, which is not installed ({missing})",
-            hint=f"install the {extra} extra ({', '.join(packages)}) with the lock's versions, in the "
-            f"project's checkout: pip install -c requirements/project.lock -e '.[{extra}]' "
-            "(`make test` installs every extra)",
+            hint=f"install the {extra} extra ({', '.join(packages)}) with the lock's versions and "
+            "hashes, in the project's checkout: make venv (every extra, from requirements/project.lock)",
         )
         self.flavor = flavor
         self.extra = extra

@@ -8,8 +8,9 @@ The base is the Dockerfile's default (python:3.11.x-slim) when a registry gives 
 bookworm root filesystem that mmdebstrap makes from Debian's packages (its python3 is 3.11.2),
 imported as ``localhost/bookworm-python:3.11`` and passed as ``--build-arg PYTHON_IMAGE``.
 Containers run with ``--isolation chroot`` (no runtime, no network namespace: the host's loopback
-is the container's), the one isolation that runs here. ``build`` needs only the standard library;
-``check`` needs the project venv (training, export, Triton)."""
+is the container's), the one isolation that runs here. Both write the image's CycloneDX SBOM
+beside it (build/<image>-<version>.cdx.json, support/sbom.py) and check it against gateway.lock;
+``check`` also needs the project venv for training, export and Triton."""
 
 from __future__ import annotations
 
@@ -438,6 +439,38 @@ def check_running(tag: str, workdir: Path, report: Report) -> None:
                            f"image {image_answer} != source {source_answer}")  # fmt: skip
 
 
+def check_sbom(tag: str, report: Report) -> None:
+    """Write the image's SBOM beside it (build/<image>-<version>.cdx.json) and check that it lists
+    every gateway.lock pin at its version and nothing else but pip, setuptools (the base's venv)
+    and the project itself."""
+    from support.locks import REQUIREMENTS, Lock
+    from support.sbom import SbomError, default_out, write_sbom
+
+    out = default_out(tag)
+    try:
+        packages = write_sbom(tag, out)
+    except SbomError as exc:
+        report.add("SBOM", False, str(exc))
+        return
+    found = {p.key: p.version for p in packages}
+    required, optional = {}, {}
+    for pin in Lock.read(REQUIREMENTS / "gateway.lock").pins:
+        name, _, version = pin.split(" ;", 1)[0].partition("==")
+        (optional if ";" in pin else required)[canonicalize(name)] = version
+    wrong = {n: (v, found.get(n, "missing")) for n, v in required.items() if found.get(n) != v}
+    wrong |= {n: (v, found[n]) for n, v in optional.items() if n in found and found[n] != v}
+    extra = sorted(set(found) - set(required) - set(optional) - {"pip", "setuptools", "triton-stack"})
+    ok = not wrong and not extra
+    detail = f"{len(packages)} packages, CycloneDX 1.6 JSON (schema-valid) in {out.relative_to(REPO)}"
+    if not ok:
+        detail += f"; differ (locked, found) {wrong}; not locked {extra}"
+    report.add("SBOM lists the locked packages", ok, detail)
+
+
+def canonicalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def check_process(gw: Running, report: Report) -> None:
     """Every process inside (the entrypoint and any it starts) has uid and gid 10001, all four
     of each (real, effective, saved, filesystem), as /proc/<pid>/status says."""
@@ -473,6 +506,7 @@ def main(argv: list[str] | None = None) -> int:
             build(args.tag, workdir, report)
             bounded = report.size_mb <= args.max_size_mb
             report.add("image size", bounded, f"{report.size_mb:.0f} MB (bound {args.max_size_mb:g} MB)")
+            check_sbom(args.tag, report)
             if args.command == "check":
                 check_running(args.tag, workdir, report)
     except (ImageCheckError, servers.ServerStartError, subprocess.TimeoutExpired, OSError) as exc:

@@ -24,6 +24,8 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from support.locks import pinned
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
 GATEWAY_LOCK = REPO / "requirements" / "gateway.lock"
@@ -105,15 +107,8 @@ def exec_form(args: str) -> list[str]:
 
 
 def lock_pins(path: Path) -> dict[str, tuple[str, str]]:
-    """canonical name -> (name as written, version) of a `name==version` file."""
-    pins: dict[str, tuple[str, str]] = {}
-    for raw in path.read_text().splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if line:
-            name, _, version = line.partition("==")
-            assert version, f"{path.name}: not an exact pin: {raw!r}"
-            pins[canonicalize_name(re.sub(r"\[.*\]", "", name))] = (name, version)
-    return pins
+    """canonical name -> (name as written, version) of a hashed `name==version` lock."""
+    return pinned(path)
 
 
 def requirement_closure(roots: list[str]) -> set[str]:
