@@ -9,7 +9,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # The venv stamp carries the locks' hash, so editing a lock rebuilds the environment. Every lock
-# pins each package with the sha256 of its files (`python -m support.locks` adds them), and every
+# pins each package with the sha256 of its files (`python -m tools.locks` adds them), and every
 # install below runs with --require-hashes and --no-deps: exactly the locked bytes, then pip check.
 LOCK_HASH := $(shell sha256sum requirements/project.lock requirements/bootstrap.lock requirements/torch-cpu.lock requirements/torch-cuda.lock pyproject.toml | sha256sum | cut -c1-12)
 VENV_STAMP := $(VENV)/.installed-$(LOCK_HASH)
@@ -152,19 +152,19 @@ lint: venv
 
 # The gateway image; its tag is the chart's appVersion, which is what the chart pulls by default.
 # With no Docker engine answering (and DOCKER not set on the command line), buildah builds it:
-# support/image_check.py picks the base (the registry's, else a Debian one made with mmdebstrap).
+# tools/image_check.py picks the base (the registry's, else a Debian one made with mmdebstrap).
 DOCKER ?= docker
 VERSION ?= $(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}.*/\1/p' helm/triton-stack/Chart.yaml)
 # Either way the image's CycloneDX SBOM (its Python packages) lands beside it, in
-# build/triton-stack-gateway-$(VERSION).cdx.json (support/sbom.py; the venv has its library).
+# build/triton-stack-gateway-$(VERSION).cdx.json (tools/sbom.py; the venv has its library).
 image: venv
 	@if [ "$(origin DOCKER)" = file ] && ! $(DOCKER) info >/dev/null 2>&1 && command -v buildah >/dev/null 2>&1; then \
 	  echo "make image: no Docker engine answers; building with buildah" >&2; \
-	  $(BIN)/python -m support.image_check build --tag triton-stack/gateway:$(VERSION); \
+	  $(BIN)/python -m tools.image_check build --tag triton-stack/gateway:$(VERSION); \
 	else \
 	  command -v $(DOCKER) >/dev/null 2>&1 || { echo "make image: $(DOCKER) not found on PATH: install Docker (or set DOCKER=podman), or buildah" >&2; exit 1; }; \
 	  $(DOCKER) build -t triton-stack/gateway:$(VERSION) . && \
-	  $(BIN)/python -m support.sbom --engine docker --tag triton-stack/gateway:$(VERSION); \
+	  $(BIN)/python -m tools.sbom --engine docker --tag triton-stack/gateway:$(VERSION); \
 	fi
 
 # Build the image with buildah (no daemon) and run its own entrypoint against a real Triton and
@@ -172,7 +172,7 @@ image: venv
 # the HEALTHCHECK, no compiler or pip cache, size under 1.5 GB. Installs buildah and mmdebstrap
 # (Debian packages) when root. docs/release.md, "The gateway image", has the timings.
 image-check: setup
-	$(BIN)/python -m support.image_check check --tag triton-stack/gateway:$(VERSION)
+	$(BIN)/python -m tools.image_check check --tag triton-stack/gateway:$(VERSION)
 
 clean:
 	rm -rf $(VENV) .runtime .demo

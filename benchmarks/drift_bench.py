@@ -26,7 +26,7 @@ import numpy as np
 
 from benchmarks import report
 from benchmarks.gateway_loadgen import Target, Traffic, on_off
-from support.load import Plan
+from builder.tune.load import Plan
 
 AIM = {"concurrency": 16, "throughput_ratio": 0.95, "p50_added_ms": 0.2}
 

@@ -12,7 +12,7 @@ and ``decision_threshold``) is registered once and exported into one repository 
 Before timing, all three must give the same probabilities on the same raw rows (the bare model
 gets them preprocessed by the numpy reference), the bare model must match sklearn, and the
 ensembles' ``score``/``label`` must match the reference postprocess. Then at each concurrency
-the three paths are measured by ``support/load.py``'s closed-loop gRPC client, alternated
+the three paths are measured by ``builder/tune/load.py``'s closed-loop gRPC client, alternated
 A B C C B A, and each ensemble is compared with the bare model: p50 at concurrency 1 (goals:
 steps <= 1.5x, fused <= 1.15x) and throughput at 16 and 64 (goal >= 0.8x).
 """

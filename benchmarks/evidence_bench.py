@@ -32,7 +32,7 @@ from typing import Any, cast
 
 from benchmarks.gateway_loadgen import Target, Traffic
 from benchmarks.wrk import run_wrk
-from support.load import Plan, clock_ticks, group_cpu_seconds, machine_cpu_seconds
+from builder.tune.load import Plan, clock_ticks, group_cpu_seconds, machine_cpu_seconds
 
 AIM = {"cpu_concurrency": 16, "cpu_us_added_per_request": 30.0, "p50_concurrency": 1, "p50_added_ms": 0.2}
 OFF = {"GATEWAY_STATE_URL": "off"}

@@ -43,7 +43,7 @@ import numpy as np
 
 from benchmarks import drift_bench, evidence_bench, gateway_cpu, gateway_profile, report, shadow_bench
 from benchmarks.gateway_loadgen import MODES, Target, Traffic, Window, measure, metric_key
-from support.load import Plan, triton_version
+from builder.tune.load import Plan, triton_version
 
 if TYPE_CHECKING:
     from gateway.catalog import ModelSpec

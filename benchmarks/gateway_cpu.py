@@ -31,7 +31,7 @@ import numpy as np
 from benchmarks import gateway_stages
 from benchmarks.gateway_loadgen import Target, Traffic
 from benchmarks.wrk import run_wrk
-from support.load import group_cpu_seconds, machine_cpu_seconds, processes
+from builder.tune.load import group_cpu_seconds, machine_cpu_seconds, processes
 
 AIMS = {
     "idle_cores": 0.01,

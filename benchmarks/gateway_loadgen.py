@@ -11,7 +11,7 @@ One harness drives all three paths, so they differ only in the request each clie
 - ``grpc``: the gateway's ``Predict`` (gateway/proto), one row, one HTTP/2 channel for all clients.
 
 Each client decodes the score from the answer, as a real caller would. The loop is the project's one
-load generator (``support/load.py``, counting failed requests instead of stopping); it runs in
+load generator (``builder/tune/load.py``, counting failed requests instead of stopping); it runs in
 a process of its own, and reports the CPU it, the gateway, Triton and everyone else used in the
 window, plus the deltas of the gateway's own histograms (``/metrics``) over the same window.
 """
@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from support.load import Plan, closed_loop, group_cpu_seconds, machine_cpu_seconds
+from builder.tune.load import Plan, closed_loop, group_cpu_seconds, machine_cpu_seconds
 
 _TIMEOUT_S = 10.0  # every call has a deadline; a stuck server shows up as errors, not a hang
 MODES = ("triton", "http", "grpc")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.shim_bench import to_markdown as shim_markdown
-from support.load import Segment
+from builder.tune.load import Segment
 
 
 def latency_summary(latencies_ns: np.ndarray, seconds: float) -> dict[str, float]:

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from support.load import Plan, clock_ticks, closed_loop, machine_cpu_seconds, processes
+from builder.tune.load import Plan, clock_ticks, closed_loop, machine_cpu_seconds, processes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TYPED, NUMERIC = "shim_typed", "shim_numeric"

@@ -1,6 +1,6 @@
 """The request a tune sends, and its measurement through the project's load generator.
 
-The closed loop itself is ``support.load`` (shared with the benchmarks, so there is one load
+The closed loop itself is ``builder.tune.load`` (shared with the benchmarks, so there is one load
 generator): each of N clients sends one request, waits for the answer, sends the next; requests
 in a warm-up window are sent but not counted. This module builds the one-row request from the
 model's config and turns a measured window into the tune's :class:`Measurement`.
@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 
 from builder.repository.triton_config import ModelConfig
+from builder.tune import load
+from builder.tune.load import RequestInput
 from builder.tune.search import Measurement
-from support import load
-from support.load import RequestInput
 
 _NUMPY = {
     "TYPE_BOOL": np.bool_,

@@ -16,10 +16,10 @@ from types import TracebackType
 
 from builder.repository.triton_config import ModelConfig, to_pbtxt
 from builder.runtime.server import ServerOptions, TritonServer
+from builder.tune.load import Plan
 from builder.tune.loadgen import RequestInput, measure
 from builder.tune.search import CandidateResult, failed, scored
 from builder.tune.space import Knobs, apply
-from support.load import Plan
 
 _LOAD_TIMEOUT_S = 120.0
 REPORT_FOLDER = "tune"

@@ -1,6 +1,7 @@
-"""The shape of the code a newcomer reads (issue 18's "done when"): the packages import each
-other without a circle, and no function takes more than seven parameters outside the Typer
-commands (whose parameters are the command line's flags).
+"""The shape of the code a newcomer reads (issue 18's "done when", issue 30's walls): the packages
+import each other without a circle and only through the doors MAY_IMPORT names, and no function
+takes more than seven parameters outside the Typer commands (whose parameters are the command
+line's flags).
 
 Imports are read from the source with ``ast``, function-local ones included (a local import
 hides a circle rather than removing it); only ``if TYPE_CHECKING:`` blocks are left out, and the
@@ -15,7 +16,18 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("builder", "gateway", "loadtests", "feature_repo", "support")
+PACKAGES = ("builder", "gateway", "loadtests", "feature_repo", "support", "tools")
+# The walls between the rooms: which of our packages each may import (at run time). The wheel's
+# packages (builder, gateway, loadtests, feature_repo) never reach the test harness (support),
+# the release tooling (tools), the demo or the benchmarks; builder and gateway never each other.
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "builder": frozenset(),
+    "gateway": frozenset({"feature_repo"}),
+    "loadtests": frozenset({"feature_repo"}),
+    "feature_repo": frozenset(),
+    "support": frozenset({"builder", "feature_repo"}),
+    "tools": frozenset({"builder", "feature_repo", "support"}),
+}
 # Checked for long parameter lists too: the code around the packages.
 SCRIPTS = ("benchmarks", "demo")
 MAX_PARAMETERS = 7
@@ -114,6 +126,36 @@ def test_the_packages_import_each_other_without_a_circle() -> None:
     for name, targets in graph.items():
         graph[name] = {t for t in targets if not name.startswith(f"{t}.")}
     assert cycles(graph) == []
+
+
+def breaches(graph: dict[str, set[str]], may_import: dict[str, frozenset[str]]) -> list[str]:
+    """Every import that crosses a wall: ``module -> target`` where the target's package is
+    neither the module's own nor one its package may import."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        home = name.split(".")[0]
+        for target in sorted(targets):
+            other = target.split(".")[0]
+            if other != home and other not in may_import.get(home, frozenset()):
+                found.append(f"{name} -> {target}")
+    return found
+
+
+def test_every_import_between_packages_goes_through_a_door() -> None:
+    known = modules()
+    assert set(MAY_IMPORT) == set(PACKAGES)
+    graph = {name: imports_of(name, path, known) for name, path in known.items()}
+    assert breaches(graph, MAY_IMPORT) == []
+
+
+def test_a_planted_import_through_a_wall_is_found(tmp_path: Path) -> None:
+    """The rule's own check: a gateway module importing builder, read from a real file."""
+    planted = tmp_path / "gateway" / "planted.py"
+    planted.parent.mkdir()
+    planted.write_text("from builder.kinds import ModelKind\nimport gateway.catalog\n")
+    known = {**modules(), "gateway.planted": planted}
+    graph = {"gateway.planted": imports_of("gateway.planted", planted, known)}
+    assert breaches(graph, MAY_IMPORT) == ["gateway.planted -> builder.kinds"]
 
 
 def test_the_cycle_finder_sees_a_circle() -> None:

@@ -1,12 +1,12 @@
 """Supply chain: every lock pins each package with the sha256 of its files, and every install the
 Makefile and the Dockerfile run checks them (`--require-hashes`), so pip installs the bytes the
-lock names or stops. support/locks.py writes the hashes; these tests keep them there."""
+lock names or stops. tools/locks.py writes the hashes; these tests keep them there."""
 
 from __future__ import annotations
 
 import re
 
-from support.locks import LOCKS, REQUIREMENTS, TORCH_CPU, TORCH_CUDA, Lock, hashes, pinned
+from tools.locks import LOCKS, REQUIREMENTS, TORCH_CPU, TORCH_CUDA, Lock, hashes, pinned
 
 REPO = REQUIREMENTS.parent
 ALL_LOCKS = [REQUIREMENTS / name for name in (*LOCKS, TORCH_CPU, TORCH_CUDA)]
@@ -28,20 +28,26 @@ def test_no_lock_in_requirements_is_left_out_of_the_hashing() -> None:
 
 
 def _install_lines(text: str) -> list[str]:
-    """Every `pip install ... -r <lock>` command, continuation lines joined."""
+    """Every command that installs a lock (`pip install ... -r <lock>`, `uv pip install ... -r`,
+    or the Makefile's $(LOCKED_INSTALL) <lock>), and the LOCKED_INSTALL definitions themselves;
+    continuation lines joined."""
     joined = text.replace("\\\n", " ")
-    return [line for line in joined.splitlines() if re.search(r"pip install .*-r \S*\.lock", line)]
+    pattern = r"pip install .*-r( \S*\.lock)?$|pip install .*-r \S*\.lock|\$\(LOCKED_INSTALL\) \S*\.lock"
+    return [line for line in joined.splitlines() if re.search(pattern, line)]
 
 
 def test_every_lock_install_in_the_makefile_and_the_dockerfile_requires_hashes() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    defined = [line for line in makefile.splitlines() if line.startswith("LOCKED_INSTALL =")]
+    assert len(defined) == 2 and all("--require-hashes --no-deps" in line for line in defined)
     for name in ("Makefile", "Dockerfile"):
         installs = _install_lines((REPO / name).read_text())
         assert installs, name
-        unchecked = [line.strip() for line in installs if "--require-hashes" not in line]
+        checked = ("--require-hashes", "$(LOCKED_INSTALL)")
+        unchecked = [line.strip() for line in installs if not any(word in line for word in checked)]
         assert unchecked == [], name
-    makefile = (REPO / "Makefile").read_text()
     for lock in ("bootstrap.lock", "core.lock", "project.lock", TORCH_CPU, TORCH_CUDA):
-        assert f"-r requirements/{lock}" in makefile, lock
+        assert re.search(rf"(-r|\$\(LOCKED_INSTALL\)) requirements/{re.escape(lock)}", makefile), lock
 
 
 def test_the_peer_benchmark_installs_its_lock_with_hashes() -> None:

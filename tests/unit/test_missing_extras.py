@@ -16,7 +16,7 @@ import pytest
 from builder.convert import converter_for
 from builder.convert.extras import EXTRA_PACKAGES, FLAVOR_EXTRAS
 from builder.errors import ConversionError, MissingExtraError
-from support.locks import pinned
+from tools.locks import pinned
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,7 +108,7 @@ def test_the_core_lock_is_project_lock_s_subset_without_the_extras() -> None:
     import tomllib
 
     core = _pins(ROOT / "requirements" / "core.lock")
-    # torch is locked on its own (requirements/torch-cpu.lock; support/locks.py says why)
+    # torch is locked on its own (requirements/torch-cpu.lock; tools/locks.py says why)
     full = _pins(ROOT / "requirements" / "project.lock") | _pins(ROOT / "requirements" / "torch-cpu.lock")
     assert {n: v for n, v in core.items() if full.get(n) != v} == {}
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]

@@ -1,6 +1,6 @@
 """A CycloneDX SBOM of the gateway image's Python packages, written beside the image by `make image`.
 
-    python -m support.sbom --tag triton-stack/gateway:0.4.0 [--engine buildah|docker] [--out F]
+    python -m tools.sbom --tag triton-stack/gateway:0.4.0 [--engine buildah|docker] [--out F]
 
 The inventory is read inside the image, by its own interpreter (/opt/venv/bin/python and
 importlib.metadata): what the image holds, not what a lock file says it should. cyclonedx-python-lib
@@ -159,7 +159,7 @@ def default_out(tag: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m support.sbom", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.sbom", description=__doc__.split("\n")[0])
     parser.add_argument("--tag", required=True, help="the built image, e.g. triton-stack/gateway:0.4.0")
     parser.add_argument("--engine", choices=["buildah", "docker"], default="buildah")
     parser.add_argument("--out", type=Path, help="default: build/<image>-<version>.cdx.json")

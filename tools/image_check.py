@@ -1,15 +1,15 @@
 """The gateway image built and run without a Docker engine: buildah builds the Dockerfile, and the
 built image's own entrypoint serves against a real Triton and Feast store started on the host.
 
-    python -m support.image_check build [--tag T]   # what `make image` runs when no engine answers
-    python -m support.image_check check [--tag T]   # `make image-check`: build, then run and check
+    python -m tools.image_check build [--tag T]   # what `make image` runs when no engine answers
+    python -m tools.image_check check [--tag T]   # `make image-check`: build, then run and check
 
 The base is the Dockerfile's default (python:3.11.x-slim) when a registry gives it; else a Debian
 bookworm root filesystem that mmdebstrap makes from Debian's packages (its python3 is 3.11.2),
 imported as ``localhost/bookworm-python:3.11`` and passed as ``--build-arg PYTHON_IMAGE``.
 Containers run with ``--isolation chroot`` (no runtime, no network namespace: the host's loopback
 is the container's), the one isolation that runs here. Both write the image's CycloneDX SBOM
-beside it (build/<image>-<version>.cdx.json, support/sbom.py) and check it against gateway.lock;
+beside it (build/<image>-<version>.cdx.json, tools/sbom.py) and check it against gateway.lock;
 ``check`` also needs the project venv for training, export and Triton."""
 
 from __future__ import annotations
@@ -443,8 +443,8 @@ def check_sbom(tag: str, report: Report) -> None:
     """Write the image's SBOM beside it (build/<image>-<version>.cdx.json) and check that it lists
     every gateway.lock pin at its version and nothing else but pip, setuptools (the base's venv)
     and the project itself."""
-    from support.locks import REQUIREMENTS, Lock
-    from support.sbom import SbomError, default_out, write_sbom
+    from tools.locks import REQUIREMENTS, Lock
+    from tools.sbom import SbomError, default_out, write_sbom
 
     out = default_out(tag)
     try:
@@ -453,7 +453,8 @@ def check_sbom(tag: str, report: Report) -> None:
         report.add("SBOM", False, str(exc))
         return
     found = {p.key: p.version for p in packages}
-    required, optional = {}, {}
+    required: dict[str, str] = {}
+    optional: dict[str, str] = {}
     for pin in Lock.read(REQUIREMENTS / "gateway.lock").pins:
         name, _, version = pin.split(" ;", 1)[0].partition("==")
         (optional if ";" in pin else required)[canonicalize(name)] = version
@@ -518,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m support.image_check", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.image_check", description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=["build", "check"])
     parser.add_argument("--tag", default="triton-stack/gateway:dev")
     parser.add_argument("--max-size-mb", type=float, default=MAX_IMAGE_MB)
