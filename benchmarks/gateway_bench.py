@@ -122,7 +122,8 @@ def pick_rows(store: Any, columns: list[str], n: int) -> tuple[list[dict[str, An
     """``n`` transactions whose user and merchant both have every online feature, as gateway rows
     (entity keys + request fields) and their online features (name -> one value per row, as the
     store returned them)."""
-    from feature_repo.store import SERVICE, load_transactions
+    from feast_access.training import load_transactions
+    from feature_repo import SERVICE
     from support.train import ENTITY_KEYS, REQUEST_FIELDS, STRING_REQUEST_FIELDS
 
     tx = load_transactions(store).drop_duplicates(ENTITY_KEYS).sample(frac=1.0, random_state=0)
@@ -184,7 +185,7 @@ def direct_inputs(
 def time_feature_read(store: Any, rows: list[dict[str, Any]], seconds: float) -> list[dict[str, Any]]:
     """The Feast in-process online read for one row, back to back on this thread: the call alone,
     and with ``to_dict(include_event_timestamps=True)`` as gateway/features.py does it."""
-    from feature_repo.store import SERVICE
+    from feature_repo import SERVICE
 
     service = store.get_feature_service(SERVICE)
     keys = [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in rows]
@@ -221,15 +222,16 @@ def online_store(repo: Path, kind: str, root: Path, say: Callable[[str], None]) 
         return
     from datetime import UTC, datetime
 
-    from feature_repo import store as feature_store
+    from feast_access.store import REDIS_ENV, apply, materialize
+    from feature_repo.definitions import OBJECTS
     from support import servers
 
     try:
         with servers.redis_server(root) as redis:
-            os.environ[feature_store.REDIS_ENV] = redis.address
+            os.environ[REDIS_ENV] = redis.address
             say(f"gateway: redis-server on {redis.address}; feast apply + materialize into it")
-            feature_store.apply(repo, profile="redis")
-            feature_store.materialize(repo, end=datetime.now(UTC), profile="redis")
+            apply(repo, OBJECTS, profile="redis")
+            materialize(repo, end=datetime.now(UTC), profile="redis")
             yield {"GATEWAY_ONLINE_STORE": "redis", "GATEWAY_REDIS_URL": redis.address}
     except servers.ServerStartError as exc:
         raise GatewayBenchError(str(exc)[:2000]) from None
@@ -617,7 +619,7 @@ def _run(
     model_repo: Path,
 ) -> dict[str, Any]:
     from builder.runtime.server import ServerOptions, TritonServer
-    from feature_repo.store import open_store
+    from feast_access.store import open_store
 
     store = open_store(root / "feature_repo", args.online_store)  # what the gateway reads
     rows, online = pick_rows(store, trained.columns, args.rows)

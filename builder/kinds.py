@@ -1,4 +1,5 @@
-"""What a model answers: binary or multi-class classifier, regressor, outlier detector, or other.
+"""What a model answers: binary or multi-class classifier, regressor, outlier detector,
+clusterer, or other.
 
 Each converter describes its model once (``FlavorConverter.describe``); the export records it
 with the version (``serving.kind``, ``serving.classes``, ``serving.outputs``) so clients read
@@ -6,7 +7,9 @@ a prediction by role, not by guessing from output names. Output names are the sa
 flavor: classifiers ``label`` [N, 1] and ``probabilities`` [N, C] (a classifier without
 ``predict_proba``: ``scores`` [N, C], its decision function, [N, 1] for a binary one), regressors
 ``prediction`` [N, K] (K targets, usually 1), outlier detectors ``label`` [N, 1] (1 inlier, -1
-outlier) and ``score`` [N, 1] (the decision function: below 0 is an outlier).
+outlier) and ``score`` [N, 1] (the decision function: below 0 is an outlier), clusterers
+(KMeans, MiniBatchKMeans) ``label`` [N, 1] INT64 (the cluster id, ``0..K-1``) and
+``distances`` [N, K] (the distance to each cluster centre, scikit-learn's ``transform``).
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-KINDS = ("binary", "multiclass", "regression", "outlier", "other")
+KINDS = ("binary", "multiclass", "regression", "outlier", "cluster", "other")
 LABEL, PROBABILITIES, PREDICTION = "label", "probabilities", "prediction"
-SCORES, SCORE = "scores", "score"
+SCORES, SCORE, DISTANCES = "scores", "score", "distances"
 # An outlier detector's score is its decision function; scikit-learn's convention (and the
 # label's) is that a score below 0 is an outlier.
 OUTLIER_SCORE = {"source": "decision_function", "outlier_below": 0.0}
@@ -30,6 +33,7 @@ class ModelKind:
     classes: tuple[Any, ...] | None = None  # probability-column order; classifiers only
     outputs: dict[str, str] = field(default_factory=dict)  # role -> output tensor name
     targets: int = 1  # regression: columns of ``prediction`` (a multi-target regressor's K)
+    clusters: int | None = None  # cluster: K, the cluster ids being 0..K-1 (None: not known)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -51,6 +55,13 @@ class ModelKind:
     def outlier(cls) -> ModelKind:
         return cls("outlier", None, {"label": LABEL, "score": SCORE})
 
+    @classmethod
+    def cluster(cls, clusters: int | None, *, distances: bool = True) -> ModelKind:
+        """A clusterer of ``clusters`` clusters: its label is the cluster id, and (KMeans and
+        MiniBatchKMeans) its distances to every cluster centre."""
+        outputs = {"label": LABEL, **({"distances": DISTANCES} if distances else {})}
+        return cls("cluster", None, outputs, clusters=clusters)
+
     @property
     def is_classifier(self) -> bool:
         return self.kind in ("binary", "multiclass")
@@ -61,7 +72,8 @@ class ModelKind:
 
     def to_dict(self) -> dict[str, Any]:
         """The serving facts of the kind (docs/serving-contract.md): ``targets`` only for a
-        multi-target regressor, ``score`` only for an outlier detector."""
+        multi-target regressor, ``score`` only for an outlier detector, ``clusters`` only for a
+        clusterer that says how many it has."""
         facts: dict[str, Any] = {
             "kind": self.kind,
             "classes": list(self.classes) if self.classes is not None else None,
@@ -71,6 +83,8 @@ class ModelKind:
             facts["targets"] = self.targets
         if self.kind == "outlier":
             facts["score"] = dict(OUTLIER_SCORE)
+        if self.kind == "cluster" and self.clusters is not None:
+            facts["clusters"] = self.clusters
         return facts
 
 

@@ -103,7 +103,8 @@ def graph_tensors(values: Any) -> tuple[TensorSpec, ...]:
         except KeyError:
             raise ConversionError(
                 f"ONNX tensor {value.name!r} has element type {ttype.elem_type}, which Triton "
-                "configs here do not carry"
+                "configs here do not carry",
+                hint=f"give the graph inputs and outputs of these types: {', '.join(_DTYPES)}",
             ) from None
         shape = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in ttype.shape.dim)
         specs.append(TensorSpec(name=value.name, dtype=dtype, shape=shape))
@@ -116,5 +117,9 @@ def check_model(model: onnx.ModelProto, model_ref: str) -> onnx.ModelProto:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         first = first_line(exc)
-        raise ConversionError(f"{model_ref}: the converted ONNX graph is invalid: {first}") from exc
+        raise ConversionError(
+            f"{model_ref}: the converted ONNX graph is invalid: {first}",
+            hint="onnx.checker.check_model refuses it: an ONNX model logged as is must pass it; a "
+            "converted one is the converter's bug, to report to its project; nothing was written",
+        ) from exc
     return model

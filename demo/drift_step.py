@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 from rich.console import Console
 
-from support.train import ENTITY_KEYS, REQUEST_FIELDS, TRAIN_SHARE
+from support.train import ENTITY_KEYS, REQUEST_FIELDS, TRAIN_SHARE, demo_training_frame
 
 BASELINE_ROWS = 1000  # twice GATEWAY_DRIFT_MIN_ROWS: PSI's own noise is ~0.01 at this size
 BURST_REPEATS = 2  # the burst: the baseline's rows this many times over, shifted
@@ -53,10 +53,7 @@ def training_rows(fs: Any, n: int, seed: int) -> list[dict[str, Any]]:
     one training row in six) gets a user the online store does not know, so the gateway, on
     ``GATEWAY_MISSING_ENTITIES=default``, serves it on the same nulls the model was trained on.
     """
-    from feature_repo.definitions import EVENT_TIMESTAMP
-    from feature_repo.store import training_frame
-
-    frame = training_frame(fs).sort_values(EVENT_TIMESTAMP, kind="stable")
+    frame = demo_training_frame(fs)
     fitted = frame.head(int(len(frame) * TRAIN_SHARE)).sample(n, random_state=seed)
     kinds = {"amount": float, "hour": int, "channel": str}
     rows = []

@@ -34,7 +34,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from support.train import ENTITY_KEYS, REQUEST_FIELDS, TRAIN_SHARE
+from support.train import ENTITY_KEYS, REQUEST_FIELDS, TRAIN_SHARE, demo_training_frame
 
 CHALLENGER = "fraud-detector-challenger"  # the Triton name the challenger is exported under
 ROWS = 1000  # the promotion criteria's min_rows (loadtests/sla/promotion.yaml)
@@ -66,10 +66,7 @@ def gateway_env(model: str, log: str, state: str) -> dict[str, str]:
 
 def held_out_rows(fs: Any, n: int) -> tuple[list[dict[str, Any]], list[int]]:
     """``n`` of the newest transactions (after the training split): gateway rows and their labels."""
-    from feature_repo.definitions import EVENT_TIMESTAMP
-    from feature_repo.store import training_frame
-
-    frame = training_frame(fs).sort_values(EVENT_TIMESTAMP, kind="stable")
+    frame = demo_training_frame(fs)
     held = frame.iloc[int(len(frame) * TRAIN_SHARE) :]
     held = held.sample(min(n, len(held)), random_state=3)
     kinds = {"amount": float, "hour": int, "channel": str}

@@ -11,6 +11,9 @@ from datetime import timedelta
 from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
 from feast.types import Float64, Int64, String
 
+from feast_access import EVENT_TIMESTAMP
+from feature_repo import SERVICE
+
 # Snapshots are daily; a TTL of two days tolerates one missed snapshot before a user's features go
 # stale (null) rather than silently serving week-old counts.
 USER_TTL = timedelta(days=2)
@@ -19,9 +22,6 @@ MERCHANT_TTL = timedelta(days=7)
 
 USER_STATS_PATH = "data/user_stats.parquet"
 MERCHANT_STATS_PATH = "data/merchant_stats.parquet"
-TRANSACTIONS_PATH = "data/transactions.parquet"
-
-EVENT_TIMESTAMP = "event_timestamp"
 CREATED_TIMESTAMP = "created_timestamp"
 
 user = Entity(
@@ -85,9 +85,9 @@ merchant_stats = FeatureView(
 )
 
 # The order here is the order of the model's input vector: the gateway and training both read it back
-# through feature_repo.store.feature_names(), never from a second hand-written list.
+# through feast_access.service.feature_names(), never from a second hand-written list.
 fraud_v1 = FeatureService(
-    name="fraud_v1",
+    name=SERVICE,
     features=[
         user_stats[["user_age_days", "tx_last_24h", "avg_amount_30d"]],
         merchant_stats[["merchant_risk", "merchant_fraud_rate_30d", "merchant_category"]],

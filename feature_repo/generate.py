@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from feature_repo.definitions import CREATED_TIMESTAMP, EVENT_TIMESTAMP, MERCHANT_TTL, USER_TTL
+from feast_access import EVENT_TIMESTAMP
+from feature_repo.definitions import CREATED_TIMESTAMP, MERCHANT_TTL, USER_TTL
 
 USER_FEATURES = ["user_age_days", "tx_last_24h", "avg_amount_30d"]
 MERCHANT_FEATURES = ["merchant_risk", "merchant_fraud_rate_30d", "merchant_category"]

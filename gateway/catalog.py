@@ -19,6 +19,8 @@ Kinds and their roles (issue 19 added the last three shapes):
 - ``regression``: ``value``, one column per target (``serving.targets``, default 1);
 - ``outlier``: ``score`` (the decision function, read through ``serving.score``) and
   optionally ``label`` (1 inlier, -1 outlier);
+- ``cluster``: ``label`` (the cluster id, ``0..serving.clusters-1``) and optionally
+  ``distances`` (to each cluster centre, one column per cluster);
 - ``other``: every output passed through.
 """
 
@@ -46,11 +48,11 @@ __all__ = [
 ]
 
 Layout = Literal["matrix", "columns"]
-Kind = Literal["binary", "multiclass", "regression", "outlier", "other"]
+Kind = Literal["binary", "multiclass", "regression", "outlier", "cluster", "other"]
 ClassLabel = bool | int | float | str
 
-_KINDS: Final = ("binary", "multiclass", "regression", "outlier", "other")
-_ROLES: Final = ("label", "probabilities", "scores", "value", "score")
+_KINDS: Final = ("binary", "multiclass", "regression", "outlier", "cluster", "other")
+_ROLES: Final = ("label", "probabilities", "scores", "value", "score", "distances")
 _TRITON_TYPES: Final = {
     "float32": "TYPE_FP32",
     "int64": "TYPE_INT64",
@@ -75,6 +77,7 @@ class OutputRoles:
     value: str | None = None
     score: str | None = None  # outlier: the decision function, one column
     scores: str | None = None  # classifiers without probabilities: decision-function values
+    distances: str | None = None  # cluster: the distance to each cluster centre, one column each
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,8 @@ class ModelSpec:
     # regression: columns of the value output, one per target (serving.targets; 1 when absent)
     targets: int = 1
     outlier_score: OutlierScore | None = None  # kind outlier only
+    # cluster: how many clusters (serving.clusters), the ids being 0..clusters-1; None: unknown
+    clusters: int | None = None
     legacy: bool = False  # exported before serving.kind: outputs found by tensor name
     # Rows one Triton call may carry (the config's max_batch_size); 0: the model has no batch
     # axis and takes its tensors whole, so one call carries any number of rows.
@@ -204,6 +209,7 @@ def spec_from_config(
     kind, classes, roles, threshold = _outputs(name, params, config_outputs)
     targets = _targets(name, kind, params, config.get("output") or [], roles, _max_batch_size(name, config))
     outlier_score = _outlier_score(name, params) if kind == "outlier" else None
+    clusters = _clusters(name, kind, params, config.get("output") or [], roles, _max_batch_size(name, config))
     legacy = "serving.kind" not in params
     if legacy or kind == "other" or config.get("platform") == "ensemble":
         # A Triton ensemble (builder export --ensemble-mode steps) answers only once its last
@@ -213,7 +219,7 @@ def spec_from_config(
     else:
         # A binary model with a threshold gets its label from the gateway, not from the model.
         label = None if kind == "binary" and threshold is not None else roles.label
-        wanted = (label, roles.probabilities, roles.scores, roles.value, roles.score)
+        wanted = (label, roles.probabilities, roles.scores, roles.value, roles.score, roles.distances)
         requested = tuple(dict.fromkeys(n for n in wanted if n))
     return ModelSpec(
         name=name,
@@ -232,6 +238,7 @@ def spec_from_config(
         decision_threshold=threshold,
         targets=targets,
         outlier_score=outlier_score,
+        clusters=clusters,
         legacy=legacy,
         max_batch_size=_max_batch_size(name, config),
         drift_reference=params.get("drift.reference") or None,
@@ -351,6 +358,8 @@ def _outputs(
         raise SpecError(f"model {name!r}: a regression model needs a value output in serving.outputs")
     if kind == "outlier" and roles.score is None:
         raise SpecError(f"model {name!r}: an outlier model needs a score output in serving.outputs")
+    if kind == "cluster" and roles.label is None:
+        raise SpecError(f"model {name!r}: a cluster model needs a label output in serving.outputs")
     threshold = None
     if kind == "binary" and "serving.decision_threshold" in params:
         if roles.probabilities is None:
@@ -399,6 +408,35 @@ def _targets(
             f"but serving.targets is {targets}{'' if text is not None else ' (absent)'}"
         )
     return targets
+
+
+def _clusters(
+    name: str, kind: str, params: dict[str, str], outputs: list[dict], roles: OutputRoles, max_batch: int
+) -> int | None:
+    """``serving.clusters`` (cluster: how many; absent when unknown), checked against the
+    distances output's declared columns where they are fixed."""
+    text = params.get("serving.clusters")
+    if text is None:
+        return None
+    if kind != "cluster":
+        raise SpecError(f"model {name!r}: serving.clusters applies to cluster models, not {kind}")
+    try:
+        clusters = int(text)
+    except ValueError:
+        clusters = 0
+    if clusters < 1:
+        raise SpecError(f"model {name!r}: serving.clusters {text!r} is not a whole number >= 1")
+    dims = next((o.get("dims") for o in outputs if o.get("name") == roles.distances), None)
+    try:
+        row = [int(d) for d in (dims or [])][0 if max_batch else 1 :]
+    except (TypeError, ValueError):
+        row = []
+    if row and all(d > 0 for d in row) and math.prod(row) != clusters:
+        raise SpecError(
+            f"model {name!r}: its distances output {roles.distances!r} has {math.prod(row)} column(s) "
+            f"per row, but serving.clusters is {clusters}"
+        )
+    return clusters
 
 
 def _outlier_score(name: str, params: dict[str, str]) -> OutlierScore:
@@ -450,4 +488,7 @@ def incompatible(champion: ModelSpec, challenger: ModelSpec) -> str | None:
     if challenger.classes != champion.classes:
         theirs, ours = challenger.classes, champion.classes
         return f"challenger {name!r} has the classes {theirs}; {champion.name!r} has {ours}"
+    if challenger.clusters != champion.clusters:
+        theirs_k, ours_k = challenger.clusters, champion.clusters
+        return f"challenger {name!r} has {theirs_k} clusters; {champion.name!r} has {ours_k}"
     return None

@@ -390,7 +390,7 @@ class _SkewSource:
 async def _skew(settings: Any, model: str, sample: int, seed: int, source: _SkewSource | None = None) -> Any:
     import pandas as pd
 
-    from feature_repo.store import load_transactions
+    from feast_access.training import load_transactions
     from gateway.service import Service
     from gateway.skew import SkewInputError, skew_check_frame, skew_check_logged
 

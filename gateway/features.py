@@ -67,7 +67,8 @@ class OnlineFeatures:
     ) -> None:
         """``redis_url``: the Redis profile's connection string (GATEWAY_REDIS_URL), over an
         inherited ``REDIS_CONNECTION_STRING``; passed to the store's config, not the environment."""
-        from feature_repo.store import open_store
+        # here, not at the top: Feast's import takes seconds (test_gateway_isolation.py fakes it)
+        from feast_access.store import open_store
 
         # One worker thread, not the default pool: reads are ~0.2 ms of mostly-GIL Python, so
         # more threads only contend for the GIL with the event loop (measured in make bench).

@@ -74,6 +74,8 @@ def _prediction(p: Prediction) -> gateway_pb2.Prediction:
         message.scores.extend(p.scores)
     if p.outlier is not None:
         message.outlier = p.outlier
+    if p.distances is not None:
+        message.distances.extend(p.distances)
     for name, array in p.outputs.items():
         message.outputs[name].CopyFrom(_output(array))
     return message

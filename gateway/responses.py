@@ -9,10 +9,13 @@
 - regression: ``value``, a number, or a list of ``serving.targets`` numbers when there are more;
 - outlier: ``outlier``, ``label`` (-1 outlier, 1 inlier) and ``score`` (decision function,
   lower is more anomalous); without a label output, outlier = score < ``outlier_below``;
+- cluster: ``label`` (the cluster id, an int) and ``distances`` (to each cluster centre, a list
+  of ``serving.clusters`` numbers; absent when the model has no distances output);
 - other: ``outputs``, every output of the model passed through by name.
 
 An answer that does not fit the contract (a value with more columns than targets, no score, a
-label outside -1/1) is an OutputMismatch naming the output, never a silently wrong answer.
+label outside -1/1, a cluster id outside ``0..clusters-1``) is an OutputMismatch naming the
+output, never a silently wrong answer.
 
 Labels are class values and keep their type (an int stays an int, a string a string). Models
 exported before ``serving.kind`` are read as the gateway always read them: ``score`` (else the
@@ -44,6 +47,7 @@ class Prediction:
     scores: tuple[float, ...] | None = None
     values: tuple[float, ...] | None = None  # regression with serving.targets > 1
     outlier: bool | None = None  # kind outlier
+    distances: tuple[float, ...] | None = None  # kind cluster: to each cluster centre
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,10 @@ def _as_dict(kind: Kind, p: Prediction) -> dict[str, Any]:
         return {"value": value, "defaults_used": p.defaults_used}
     if kind == "outlier":
         return {"outlier": p.outlier, "label": p.label, "score": p.score, "defaults_used": p.defaults_used}
+    if kind == "cluster":
+        if p.distances is None:
+            return {"label": p.label, "defaults_used": p.defaults_used}
+        return {"label": p.label, "distances": list(p.distances), "defaults_used": p.defaults_used}
     return {"outputs": {k: v.tolist() for k, v in p.outputs.items()}, "defaults_used": p.defaults_used}
 
 
@@ -142,6 +150,8 @@ def predictions(spec: ModelSpec, out: Mapping[str, np.ndarray], defaults: list[b
         return [Prediction(defaults[i], values=tuple(map(float, values[i]))) for i in range(n)]
     if spec.kind == "outlier":
         return _outliers(spec, out, defaults)
+    if spec.kind == "cluster":
+        return _clusters(spec, out, defaults)
     if spec.kind == "other":
         arrays = {name: _text(_output(out, name, n)) for name in spec.outputs}
         return [Prediction(defaults[i], outputs={k: v[i] for k, v in arrays.items()}) for i in range(n)]
@@ -206,6 +216,31 @@ def _outliers(spec: ModelSpec, out: Mapping[str, np.ndarray], defaults: list[boo
         Prediction(defaults[i], score=float(scores[i]), label=int(labels[i]), outlier=bool(labels[i] == -1))
         for i in range(n)
     ]
+
+
+def _clusters(spec: ModelSpec, out: Mapping[str, np.ndarray], defaults: list[bool]) -> list[Prediction]:
+    """A clusterer: its cluster id per row (an int, within ``0..clusters-1`` when the contract
+    says how many) and, when it has them, its distances to the cluster centres."""
+    n = len(defaults)
+    assert spec.roles.label is not None  # the catalog requires it
+    raw = _output(out, spec.roles.label, n).reshape(n, -1)
+    known = spec.clusters
+    if (
+        raw.shape[1] != 1
+        or raw.dtype.kind not in "iu"
+        or (known is not None and n and not ((raw >= 0) & (raw < known)).all())
+    ):
+        within = f" within 0..{known - 1}" if known is not None else ""
+        raise OutputMismatch(
+            f"the model's label output {spec.roles.label!r} is not one column of integer cluster ids{within}"
+        )
+    labels = raw[:, 0].tolist()  # Python ints
+    if spec.roles.distances is None:
+        return [Prediction(defaults[i], label=labels[i]) for i in range(n)]
+    width = known if known is not None else _output(out, spec.roles.distances, n).reshape(n, -1).shape[1]
+    what = f"distances (serving.clusters {known})"
+    distances = _columns(out, spec.roles.distances, n, width, what).tolist()
+    return [Prediction(defaults[i], label=labels[i], distances=tuple(distances[i])) for i in range(n)]
 
 
 def _legacy(out: Mapping[str, np.ndarray], defaults: list[bool]) -> list[Prediction]:

@@ -2,7 +2,7 @@
 
 Each checked row is an entity row at a time, its model input built twice: (a) as served, and
 (b) as training builds it (``get_historical_features``, a point-in-time join through
-``feature_repo.store.training_frame``, same feature service, at the row's time). The entity
+``feast_access.training.training_frame``, same feature service, at the row's time). The entity
 rows come from one source (``gateway skew-check``):
 
 - the payload log (gateway/payload_log/): the rows the gateway actually served, with the
@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from feast_access import EVENT_TIMESTAMP
 from gateway.assemble import assemble_columns
 from gateway.catalog import ModelSpec
 from gateway.request import EntityRow, RequestValues
 from gateway.service import Service
 from gateway.values import Scalar
 
-EVENT_TIMESTAMP = "event_timestamp"  # Feast's entity-dataframe timestamp column
 _HASHED = re.compile(r"^[0-9a-f]{64}$")  # a key the payload log hashed (layout.hash_key)
 
 
@@ -217,7 +217,7 @@ def _compare(
     times: pd.Series | None,
     rtol: float,
 ) -> SkewReport:
-    from feature_repo.store import training_frame
+    from feast_access.training import training_frame
 
     entity_df = pd.DataFrame(entity_rows)
     if times is None:

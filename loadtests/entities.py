@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from feast_access import EVENT_TIMESTAMP
 from loadtests.payloads import DEFAULT_VOCABULARY
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def parse_channels(text: str) -> tuple[str, ...]:
 
 
 # Columns of an entity file that are not sent: Feast's entity-dataframe timestamps.
-_TIMESTAMP_COLUMNS = frozenset({"event_timestamp", "created_timestamp"})
+_TIMESTAMP_COLUMNS = frozenset({EVENT_TIMESTAMP, "created_timestamp"})
 # Rows of each feature view checked against the online store (a sample beyond that).
 ONLINE_CHECK_LIMIT = 20_000
 
@@ -173,7 +174,7 @@ def online_entities(feature_repo: str, service_name: str, limit: int = ONLINE_CH
     per process: every simulated user of a run draws from the same pool."""
     from feast.errors import FeastError
 
-    from feature_repo.store import open_store
+    from feast_access.store import open_store
 
     try:
         store = open_store(feature_repo)

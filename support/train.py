@@ -69,12 +69,24 @@ def model_frame(frame: pd.DataFrame, string_columns: Sequence[str]) -> pd.DataFr
 
 def prepare_feature_store(repo: Path) -> Any:
     """Generate the demo data, `feast apply`, materialize the online store; return the store."""
-    from feature_repo import generate, store
+    from feast_access.store import apply, materialize
+    from feature_repo import generate
+    from feature_repo.definitions import OBJECTS
 
     generate.generate(repo / "data")
-    fs = store.apply(repo)
-    store.materialize(fs)
+    fs = apply(repo, OBJECTS)
+    materialize(fs)
     return fs
+
+
+def demo_training_frame(fs: Any) -> pd.DataFrame:
+    """The demo's training rows, oldest first: its transactions joined point in time with the
+    features of its service (feast_access's training frame, the skew check's too)."""
+    from feast_access import EVENT_TIMESTAMP
+    from feast_access.training import training_frame
+    from feature_repo import SERVICE
+
+    return training_frame(fs, SERVICE).sort_values(EVENT_TIMESTAMP, kind="stable")
 
 
 def build_pipeline(numeric: list[str], categorical: list[str], n_estimators: int) -> Any:
@@ -115,12 +127,12 @@ def train_and_register(
     from sklearn.metrics import roc_auc_score
 
     from builder.reference import log_reference
-    from feature_repo import store
+    from feast_access.service import feature_names, string_features
+    from feature_repo import SERVICE
 
-    service = store.SERVICE
-    features = store.feature_names(fs, service)
-    strings = [*STRING_REQUEST_FIELDS, *store.string_features(fs, service)]
-    frame = store.training_frame(fs, service).sort_values("event_timestamp", kind="stable")
+    features = feature_names(fs, SERVICE)
+    strings = [*STRING_REQUEST_FIELDS, *string_features(fs, SERVICE)]
+    frame = demo_training_frame(fs)
     columns = [*REQUEST_FIELDS, *features]
     X, y = model_frame(frame[columns].reset_index(drop=True), strings), frame["is_fraud"].to_numpy()
     categorical = [c for c in columns if c in strings]
@@ -132,7 +144,7 @@ def train_and_register(
     with mlflow.start_run(experiment_id=experiment_id, run_name=f"{name}-gbm") as run:
         mlflow.set_tags(
             {
-                "feast.feature_service": service,
+                "feast.feature_service": SERVICE,
                 "feast.entity_keys": ",".join(ENTITY_KEYS),
                 "feast.request_fields": ",".join(REQUEST_FIELDS),
                 "feast.features": json.dumps(features),

@@ -147,15 +147,21 @@ def register_fraud_models(feature_repo: Path) -> FraudKinds:
     from sklearn.linear_model import Ridge
     from sklearn.svm import LinearSVC
 
-    from feature_repo import store as feast_store
-    from support.train import REQUEST_FIELDS, STRING_REQUEST_FIELDS, model_frame, prepare_feature_store
+    from feast_access.service import feature_names, string_features
+    from feature_repo import SERVICE
+    from support.train import (
+        REQUEST_FIELDS,
+        STRING_REQUEST_FIELDS,
+        demo_training_frame,
+        model_frame,
+        prepare_feature_store,
+    )
 
     fs = prepare_feature_store(feature_repo)
-    service = feast_store.SERVICE
-    assert service == "fraud_v1"
-    features = feast_store.feature_names(fs, service)
-    strings = [*STRING_REQUEST_FIELDS, *feast_store.string_features(fs, service)]
-    frame = feast_store.training_frame(fs, service)
+    assert SERVICE == "fraud_v1"
+    features = feature_names(fs, SERVICE)
+    strings = [*STRING_REQUEST_FIELDS, *string_features(fs, SERVICE)]
+    frame = demo_training_frame(fs)
     columns = [*REQUEST_FIELDS, *features]
     X = model_frame(frame[columns].reset_index(drop=True), strings)
     y = frame["is_fraud"].to_numpy()
@@ -177,7 +183,7 @@ def register_fraud_models(feature_repo: Path) -> FraudKinds:
 def native_frame(fraud: FraudKinds, rows: list[dict[str, Any]]) -> pd.DataFrame:
     """The rows with their online features, read from the store by the test, in training column
     order; numbers rounded through float32 as the model's inputs carry them."""
-    from feature_repo.store import SERVICE
+    from feature_repo import SERVICE
     from support.train import model_frame
 
     keys = [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in rows]

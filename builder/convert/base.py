@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -14,6 +14,9 @@ from builder.errors import ConversionError, first_line
 from builder.kinds import ModelKind
 from builder.registry.signature import ModelInputs
 from builder.tensors import TensorSpec
+
+if TYPE_CHECKING:
+    from builder.parity.rows import Feeds
 
 # Opset 17 is what the ONNX Runtime in Triton 24.10 (1.19) runs and every converter here
 # emits; the tree-model converters of onnxmltools stop at 15 (their own limit, see boosting).
@@ -58,6 +61,26 @@ class FlavorConverter(ABC):
         """Per string (or categorical integer) input: values the model learned (categories,
         vocabulary words), from which parity rows are drawn. Empty when the model does not say."""
         return {}
+
+    def known_values_only(self, native: Any, inputs: ModelInputs) -> dict[str, str]:
+        """Inputs on which the model refuses any value it did not learn (a scikit-learn encoder
+        with ``handle_unknown="error"``), each with what refuses it: their parity rows keep to
+        the learned values and the input example (no empty string, no unseen value)."""
+        return {}
+
+    def known_cause(self, native: Any, stage: str) -> str | None:
+        """The hint for a refusal whose cause shows in the model's own parameters (a documented
+        gap of the converter), saying what to change in the model; None when none is known.
+        ``stage``: ``convert`` (the converter refused the model) or ``parity`` (its graph
+        refuses the parity rows, or answers differently from the model)."""
+        return None
+
+    def check_generated(self, native: Any, feeds: Feeds, inputs: ModelInputs) -> None:
+        """Raise ConversionError, saying the builder's rows are at fault, when the native model
+        refuses the rows the builder generated (``feeds.generated()``); run before any converter
+        or ONNX Runtime sees them, so they are never blamed for those rows. Default: nothing to
+        check (the flavor's vocabulary keeps its rows within what the model takes)."""
+        return None
 
     @abstractmethod
     def to_onnx(self, native: Any, inputs: ModelInputs, opset: int) -> onnx.ModelProto:
@@ -121,6 +144,20 @@ def rename_outputs(model: onnx.ModelProto, names: dict[str, str]) -> onnx.ModelP
         for out in graph.output:
             if out.name == old:
                 out.name = new
+    return model
+
+
+def cast_input(model: onnx.ModelProto, name: str, served: int) -> onnx.ModelProto:
+    """Declare the graph input ``name`` as the ONNX type ``served`` and cast it, first thing,
+    to the type the converter built the graph for (a bool column served as BOOL, as its
+    signature says, into a graph built for int64)."""
+    graph = model.graph
+    (declared,) = [i for i in graph.input if i.name == name]
+    inner = f"{name}__as_converted"
+    _rename_tensor(graph, name, inner)
+    graph.node.insert(0, helper.make_node("Cast", [name], [inner], to=declared.type.tensor_type.elem_type))
+    declared.type.tensor_type.elem_type = served
+    ensure_default_opset(model)
     return model
 
 

@@ -4,7 +4,8 @@ Inputs follow the signature's layout (builder/registry/signature.py): one float 
 input per DataFrame column (skl2onnx matches a ColumnTransformer's columns to inputs by
 name), or the numpy array a model was trained on. Classifiers export ``label`` and
 ``probabilities`` as plain tensors (``zipmap: False``: a ZipMap gives a sequence of maps,
-which Triton cannot carry); regressors export ``prediction``.
+which Triton cannot carry); regressors export ``prediction``; clusterers (the KMeans family)
+``label`` and ``distances`` (skl2onnx's ``scores`` of a KMeans are the distances to the centres).
 
 Text vectorizers are converted with ``locale: "C"``: their StringNormalizer otherwise asks
 for ``en_US.UTF-8``, which neither this machine nor the NGC Triton image has (onnxruntime
@@ -14,6 +15,7 @@ onnxruntime builds ``C.UTF-8`` from it, which every glibc image has.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from collections.abc import Iterator
@@ -23,9 +25,17 @@ from typing import Any
 import numpy as np
 import onnx
 
-from builder.convert.base import FlavorConverter, float32_tensors, native_frame, rename_outputs, select_column
+from builder.convert.base import (
+    FlavorConverter,
+    cast_input,
+    float32_tensors,
+    native_frame,
+    rename_outputs,
+    select_column,
+)
+from builder.convert.sklearn_gaps import convertible, known_cause, refuses_unseen
 from builder.errors import ConversionError, first_line
-from builder.kinds import SCORE, SCORES, ModelKind
+from builder.kinds import DISTANCES, SCORE, SCORES, ModelKind
 from builder.registry.signature import ModelInputs
 from builder.tensors import TensorSpec
 
@@ -52,6 +62,18 @@ def _estimator_type(estimator: Any) -> str | None:
 
 def is_outlier_detector(model: Any) -> bool:
     return _estimator_type(final_estimator(model)) == "outlier_detector"
+
+
+def is_clusterer(model: Any) -> bool:
+    """KMeans, MiniBatchKMeans, ... (or a Pipeline ending in one): a label per row that is a
+    cluster id, not a class."""
+    return _estimator_type(final_estimator(model)) == "clusterer"
+
+
+def _has_centre_distances(model: Any) -> bool:
+    """A clusterer whose ``transform`` is the distance to each cluster centre (the KMeans
+    family), which skl2onnx gives as its second output."""
+    return hasattr(final_estimator(model), "cluster_centers_") and hasattr(model, "transform")
 
 
 def is_classifier(model: Any) -> bool:
@@ -85,6 +107,14 @@ def native_outputs(model: Any, x: Any) -> dict[str, np.ndarray]:
             "label": np.asarray(model.predict(x)).reshape(-1, 1),
             "score": decision_2d(model.decision_function(x)),
         }
+    if is_clusterer(model):
+        if isinstance(x, np.ndarray) and x.dtype == np.float32:
+            # the float32 rows Triton is sent, widened: KMeans fitted on float64 refuses float32
+            x = x.astype(np.float64)
+        out = {"label": np.asarray(model.predict(x)).reshape(-1, 1)}
+        if _has_centre_distances(model):
+            out[DISTANCES] = np.asarray(model.transform(x), dtype=np.float64)
+        return out
     if is_classifier(model):
         out = {"label": np.asarray(model.predict(x)).reshape(-1, 1)}
         if has_probabilities(model):
@@ -103,6 +133,8 @@ def describe_estimator(model: Any, flavor: str) -> ModelKind:
     graph: ``with_targets``.)"""
     if is_outlier_detector(model):
         return ModelKind.outlier()
+    if is_clusterer(model):
+        return _describe_clusterer(model)
     if is_classifier(model):
         classes = getattr(final_estimator(model), "classes_", None)
         if classes is None:
@@ -119,7 +151,31 @@ def describe_estimator(model: Any, flavor: str) -> ModelKind:
         )
     if hasattr(final_estimator(model), "predict"):
         return ModelKind.regressor()
-    raise ConversionError(f"{type(final_estimator(model)).__name__} has neither predict nor predict_proba")
+    raise ConversionError(
+        f"{type(final_estimator(model)).__name__} has neither predict nor predict_proba",
+        hint="serve an estimator that predicts new rows (a transformer belongs inside a Pipeline "
+        "that ends in one)",
+    )
+
+
+def _describe_clusterer(model: Any) -> ModelKind:
+    final = final_estimator(model)
+    name = type(final).__name__
+    if not hasattr(final, "predict") and not hasattr(final, "transform"):
+        # DBSCAN, AgglomerativeClustering, HDBSCAN, OPTICS, SpectralClustering: fit_predict only
+        raise ConversionError(
+            f"{name} labels only the rows it was fitted on (it has no predict for new rows)",
+            hint="serve a clusterer that assigns new rows (KMeans, MiniBatchKMeans), or train a "
+            f"classifier on {name}'s labels and serve that",
+        )
+    if not hasattr(final, "predict"):  # FeatureAgglomeration: a transformer of the columns
+        raise ConversionError(
+            f"{name} has no predict: it transforms the columns, it does not assign rows to clusters",
+            hint="serve it inside a Pipeline that ends in an estimator that predicts",
+        )
+    centres = getattr(final, "cluster_centers_", None)
+    clusters = len(centres) if centres is not None else None
+    return ModelKind.cluster(clusters, distances=_has_centre_distances(model))
 
 
 def _walk(model: Any) -> Iterator[tuple[Any, list[str] | None]]:
@@ -152,6 +208,18 @@ def _first_step(model: Any) -> Any:
     return steps[0][1] if steps else model
 
 
+def _reads_inputs(model: Any) -> Iterator[tuple[Any, list[str] | None]]:
+    """``_walk``, with the columns of the model's first step (or of the model itself) where no
+    ColumnTransformer names them: the frame's columns it was fitted on (``feature_names_in_``),
+    which are the model's own input columns."""
+    first = _first_step(model)
+    for est, cols in _walk(model):
+        if cols is None and (est is model or est is first):
+            names = getattr(est, "feature_names_in_", None)
+            cols = [str(c) for c in names] if names is not None else None
+        yield est, cols
+
+
 class SklearnConverter(FlavorConverter):
     flavor = "sklearn"
     library = "skl2onnx"
@@ -175,7 +243,7 @@ class SklearnConverter(FlavorConverter):
     def vocabulary(self, native: Any, inputs: ModelInputs) -> dict[str, tuple[Any, ...]]:
         strings = [t.name for t in inputs.tensors if t.dtype == "string"]
         words: dict[str, list[Any]] = {t.name: [] for t in inputs.tensors if t.dtype in ("string", "int64")}
-        for est, cols in _walk(native):
+        for est, cols in _reads_inputs(native):
             targets = [c for c in (cols or strings) if c in strings]
             categories = getattr(est, "categories_", None)
             if categories is not None and cols is not None:
@@ -193,10 +261,26 @@ class SklearnConverter(FlavorConverter):
                     words[col] += docs
         return {name: tuple(dict.fromkeys(values)) for name, values in words.items() if values}
 
+    def known_values_only(self, native: Any, inputs: ModelInputs) -> dict[str, str]:
+        # Not bool inputs: their rows are both values, whatever the encoder learned.
+        names = {t.name for t in inputs.tensors if t.dtype != "bool"}
+        names |= {c.name for c in inputs.columns if c.dtype != "bool"}
+        closed: dict[str, str] = {}
+        for est, cols in _reads_inputs(native):
+            if refuses_unseen(est):
+                for col in cols or ():
+                    if col in names:
+                        closed.setdefault(col, f"{type(est).__name__}(handle_unknown='error')")
+        return closed
+
+    def known_cause(self, native: Any, stage: str) -> str | None:
+        return known_cause(_reads_inputs(native), stage)
+
     def to_onnx(self, native: Any, inputs: ModelInputs, opset: int) -> onnx.ModelProto:
         from skl2onnx import to_onnx
-        from skl2onnx.common.data_types import FloatTensorType
+        from skl2onnx.common.data_types import DoubleTensorType, FloatTensorType
 
+        native = convertible(native)
         options: dict[int, dict[str, Any]] = {}
         final_types = None
         final = final_estimator(native)
@@ -204,40 +288,68 @@ class SklearnConverter(FlavorConverter):
             # An empty entry where the converter has no zipmap (LinearSVC): skl2onnx's Pipeline
             # parser otherwise adds zipmap=True to a classifier step without options.
             options[id(final)] = {"zipmap": False} if "zipmap" in _allowed_options(final) else {}
-        elif not is_outlier_detector(native):
+        elif not is_outlier_detector(native) and not is_clusterer(native):
             # One column per target: the graph is run once (normalize_outputs) to learn how many.
             final_types = [("prediction", FloatTensorType([None, None]))]
         for vectorizer in _text_vectorizers(native):
             options[id(vectorizer)] = {"locale": STRING_LOCALE}
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # skl2onnx warns about opset/version pairs
-                model = to_onnx(
-                    native,
-                    initial_types=[_initial_type(t) for t in inputs.tensors],
-                    options=options,
-                    # ai.onnx.ml 3 is skl2onnx's own default; said explicitly because the
-                    # IsolationForest converter otherwise asks for 4, which skl2onnx then refuses.
-                    target_opset={"": opset, "ai.onnx.ml": ML_OPSET},
-                    final_types=final_types,
-                )
-        except ConversionError:
-            raise
-        except Exception as exc:  # skl2onnx's errors are every type (AssertionError, NameError, ...)
-            raise ConversionError(
-                f"skl2onnx cannot convert {self.model_name(native)}: {first_line(exc)}",
-                hint=_hint(exc, opset),
-            ) from exc
-        return self._served_outputs(native, model)
+        initial_types = [_initial_type(t) for t in inputs.tensors]
+
+        def convert(types: list[tuple[str, Any]]) -> onnx.ModelProto:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # skl2onnx warns about opset/version pairs
+                    return to_onnx(
+                        native,
+                        initial_types=types,
+                        options=options,
+                        # ai.onnx.ml 3 is skl2onnx's own default; said explicitly because the
+                        # IsolationForest converter otherwise asks for 4, which skl2onnx then refuses.
+                        target_opset={"": opset, "ai.onnx.ml": ML_OPSET},
+                        final_types=final_types,
+                    )
+            except ConversionError:
+                raise
+            except Exception as exc:  # skl2onnx's errors are every type (AssertionError, NameError, ...)
+                raise ConversionError(
+                    f"skl2onnx cannot convert {self.model_name(native)}: {first_line(exc)}",
+                    hint=_hint(exc, opset, native),
+                ) from exc
+
+        # skl2onnx computes KMeans distances as |x|^2 - 2x.c + |c|^2 in its input's precision,
+        # which in float32 loses the digits that tell rows near a centre apart once features
+        # are in the thousands (raw amounts, ages in days): the graph computes in double from
+        # the float32 values Triton is sent, as scikit-learn does, where onnxruntime has double
+        # kernels for every step (its Imputer has none: a SimpleImputer's Pipeline stays float32).
+        in_double = is_clusterer(native) and all(t.dtype == "float32" for t in inputs.tensors)
+        model = None
+        if in_double:
+            with contextlib.suppress(ConversionError):  # a step skl2onnx converts in float32 only
+                model = convert([(n, DoubleTensorType(t.shape)) for n, t in initial_types])
+        if model is None or not _runs(model):
+            in_double, model = False, convert(initial_types)
+        for tensor in inputs.tensors:
+            if tensor.dtype == "bool":  # built for int64 (_initial_type): served as BOOL, cast
+                model = cast_input(model, tensor.name, onnx.TensorProto.BOOL)
+            elif in_double:  # built for double: served as FP32, cast
+                model = cast_input(model, tensor.name, onnx.TensorProto.FLOAT)
+        model = self._served_outputs(native, model)
+        return _float32_outputs(model) if in_double else model
 
     def _served_outputs(self, native: Any, model: onnx.ModelProto) -> onnx.ModelProto:
         """skl2onnx's outputs under the names of the serving contract (builder/kinds.py): an
-        outlier detector's ``scores`` is its ``score``; a classifier without predict_proba has
+        outlier detector's ``scores`` is its ``score``, a clusterer's its ``distances``; a
+        classifier without predict_proba has
         its decision function where the probabilities would be: ``scores``, one column for a
         binary classifier as decision_function returns it."""
         names = [o.name for o in model.graph.output]
         if is_outlier_detector(native) and len(names) == 2:
             return rename_outputs(model, {names[1]: SCORE})
+        if is_clusterer(native) and len(names) == 2:  # KMeans' label and scores (the distances)
+            if not _has_centre_distances(native):
+                del model.graph.output[1]
+                return model
+            return rename_outputs(model, {names[1]: DISTANCES})
         if not is_classifier(native) or has_probabilities(native) or len(names) != 2:
             return model
         if not has_decision_function(native):  # nothing to check it against, nothing to serve
@@ -272,9 +384,35 @@ class SklearnConverter(FlavorConverter):
         return native_outputs(native, x)
 
 
+def _runs(model: onnx.ModelProto) -> bool:
+    """Whether onnxruntime has a kernel for every node of ``model`` (it loads it)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except Exception:  # onnxruntime's own types: NotImplemented, Fail, InvalidGraph, ...
+        return False
+    return True
+
+
+def _float32_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Every double output of a graph computed in double, cast to FP32 (the serving contract's
+    float type) as its last step."""
+    graph = model.graph
+    for out in graph.output:
+        if out.type.tensor_type.elem_type == onnx.TensorProto.DOUBLE:
+            name, inner = out.name, f"{out.name}__double"
+            rename_outputs(model, {name: inner})
+            graph.node.append(onnx.helper.make_node("Cast", [inner], [name], to=onnx.TensorProto.FLOAT))
+            out.name = name
+            out.type.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return model
+
+
 def _initial_type(tensor: TensorSpec) -> tuple[str, Any]:
     from skl2onnx.common.data_types import (
-        BooleanTensorType,
         DoubleTensorType,
         FloatTensorType,
         Int64TensorType,
@@ -285,7 +423,11 @@ def _initial_type(tensor: TensorSpec) -> tuple[str, Any]:
         "float32": FloatTensorType,
         "float64": DoubleTensorType,
         "int64": Int64TensorType,
-        "bool": BooleanTensorType,
+        # skl2onnx's converters take no bool input (its OneHotEncoder refuses BooleanTensorType);
+        # scikit-learn reads a bool column as 0/1 everywhere (a bool encoder's categories
+        # [False, True] are [0, 1]), so the graph is built for int64 and the BOOL input the
+        # signature declares is cast to it (to_onnx).
+        "bool": Int64TensorType,
         "string": StringTensorType,
     }
     if tensor.dtype not in types or len(tensor.shape) != 2:
@@ -309,7 +451,7 @@ def _allowed_options(estimator: Any) -> Any:
         return {}
 
 
-def _hint(exc: BaseException, opset: int) -> str:
+def _hint(exc: BaseException, opset: int, native: Any) -> str:
     text = str(exc)
     needed = re.search(r"opset (\d+) < (\d+)", text)
     if needed:
@@ -321,4 +463,7 @@ def _hint(exc: BaseException, opset: int) -> str:
             "SimpleImputer(missing_values='', strategy='constant', fill_value='missing'), "
             "with missing strings filled with '' before the model (what the gateway sends)"
         )
-    return "use estimators skl2onnx supports, or register a converter for custom steps"
+    return (
+        known_cause(_reads_inputs(native), "convert")
+        or "use estimators skl2onnx supports, or register a converter for custom steps"
+    )

@@ -225,8 +225,8 @@ def prediction_stats(kind: ModelKind, outputs: dict[str, np.ndarray]) -> dict[st
     """The prediction's distribution by model kind: binary the probability of ``classes[1]``,
     multiclass (and a classifier without probabilities, whose decision scores have no scale
     shared across models) the predicted class over every class, regression the value, an
-    outlier detector its score (the decision function), other and multi-target regressors none
-    (``no_prediction_reason``)."""
+    outlier detector its score (the decision function), a clusterer the cluster id over its
+    clusters, other and multi-target regressors none (``no_prediction_reason``)."""
     if kind.kind == "other" or no_prediction_reason(kind) is not None:
         return None
     empty = not outputs
@@ -236,9 +236,12 @@ def prediction_stats(kind: ModelKind, outputs: dict[str, np.ndarray]) -> dict[st
     if kind.kind == "binary" and "probabilities" in kind.outputs:
         probs = np.empty((0, 2)) if empty else outputs[kind.outputs["probabilities"]]
         return numeric_stats("score", probs[:, 1])
-    if kind.is_classifier:
+    if kind.is_classifier or kind.kind == "cluster":
         labels = [] if empty else [_json_value(v) for v in outputs[kind.outputs["label"]].ravel()]
-        return categorical_stats("label", labels, categories=list(kind.classes or ()))
+        # a clusterer's ids are 0..K-1 (its top ids when K is unknown)
+        ids = list(range(kind.clusters)) if kind.clusters is not None else None
+        categories = list(kind.classes or ()) if kind.is_classifier else ids
+        return categorical_stats("label", labels, categories=categories)
     values = np.empty(0) if empty else outputs[kind.outputs["value"]].ravel()
     return numeric_stats("value", values)
 

@@ -247,6 +247,8 @@ def _kind_line(kind: ModelKind) -> str:
         return f"{kind.kind} classifier (classes {shown}{more})"
     if kind.kind == "regression":
         return "regressor"
+    if kind.kind == "cluster":
+        return f"clusterer ({kind.clusters if kind.clusters is not None else 'unknown number of'} clusters)"
     return "outlier detector" if kind.kind == "outlier" else "outputs passed through by name"
 
 
@@ -257,10 +259,26 @@ class ParityRows(Step):
     def run(self, ctx: ExportContext, timed: Timed) -> str:
         inputs = ctx.inputs
         vocabulary = ctx.converter.vocabulary(ctx.native, inputs)
-        ctx.feeds = build_feeds(inputs, ctx.example, vocabulary, ctx.request.parity_rows)
+        known_only = ctx.converter.known_values_only(ctx.native, inputs)
+        ctx.feeds = build_feeds(
+            inputs, ctx.example, vocabulary, ctx.request.parity_rows, frozenset(known_only)
+        )
+        ctx.converter.check_generated(ctx.native, ctx.feeds, inputs)
         learned = sum(len(v) for v in vocabulary.values())
         note = f", strings from {learned} learned values" if inputs.has_strings else ""
-        return f"{ctx.feeds.rows} rows ({ctx.feeds.source}{note})"
+        return f"{ctx.feeds.rows} rows ({ctx.feeds.source}{note}){_known_only_line(known_only)}"
+
+
+def _known_only_line(known_only: dict[str, str]) -> str:
+    """Which inputs got no unseen values, and why (``; no unseen values for country, channel:
+    OrdinalEncoder(handle_unknown='error') refuses them``)."""
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in known_only.items():
+        by_reason.setdefault(reason, []).append(name)
+    return "".join(
+        f"; no unseen values for {', '.join(names)}: {reason} refuses them"
+        for reason, names in by_reason.items()
+    )
 
 
 class Convert(Step):
@@ -285,7 +303,9 @@ class Convert(Step):
         actual = {t.name for t in graph_tensors(graph.graph.input)}
         if expected != actual:
             raise ConversionError(
-                f"{ref}: ONNX inputs {sorted(actual)} do not match the signature's {sorted(expected)}"
+                f"{ref}: ONNX inputs {sorted(actual)} do not match the signature's {sorted(expected)}",
+                hint="log the model with a signature (or input example) naming the graph's inputs; "
+                "nothing was written",
             )
         # Output shapes are re-declared from a run on real rows (the first parity rows). That
         # probe runs a graph that is not yet final, in a session of its own; the final graph
@@ -294,8 +314,10 @@ class Convert(Step):
             normalized = normalize_outputs(graph, ctx.feeds.head(3))
         except GraphError as exc:
             verb = {"load": "cannot load", "run": "cannot run"}.get(exc.stage, "cannot serve")
+            known = converter.known_cause(ctx.native, "parity") if exc.stage == "run" else None
             raise ConversionError(
-                f"{ref}: ONNX Runtime {verb} the graph {what}: {first_line(exc.cause)}", hint=exc.hint
+                f"{ref}: ONNX Runtime {verb} the graph {what}: {first_line(exc.cause)}",
+                hint=known or exc.hint,
             ) from exc
         ctx.graph = check_model(normalized, ref)
         ctx.session = GraphSession(ctx.graph)
@@ -326,7 +348,7 @@ class Parity(Step):
             raise ConversionError(
                 f"{ref}: ONNX Runtime cannot run the graph {converter.library} made for "
                 f"{converter.model_name(ctx.native)}: {first}",
-                hint=GRAPH_HINT,
+                hint=converter.known_cause(ctx.native, "parity") or GRAPH_HINT,
             ) from exc
         report = compare(
             converted,
@@ -337,7 +359,14 @@ class Parity(Step):
             rtol=ctx.request.rtol,
         )
         ctx.parity, ctx.onnx_outputs = report, converted
-        require_pass(report, ref)
+        try:
+            require_pass(report, ref)
+        except ParityError as exc:
+            # A miss whose cause the model's parameters show: say what to change in it.
+            known = ctx.converter.known_cause(ctx.native, "parity")
+            if known is None:
+                raise
+            raise ParityError(exc.message, hint=known) from exc
         worst = max((o.max_abs_err for o in report.outputs), default=0.0)
         return f"pass: {report.rows} rows ({report.source}), max abs err {worst:.2g}"
 

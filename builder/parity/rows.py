@@ -4,14 +4,17 @@ Rows are built as the served tensors (the layout's names, dtypes and shapes), so
 exactly what Triton will be sent. Strings are never random characters: they come from the input
 example and the categories/vocabulary the model learned (``FlavorConverter.vocabulary``), plus
 the empty string and a value the model never saw (the "unknown" path a OneHotEncoder with
-``handle_unknown="ignore"`` takes in production).
+``handle_unknown="ignore"`` takes in production), except on an input the model refuses unseen
+values on (``known_only``: an encoder with ``handle_unknown="error"``, which raises on them):
+its rows keep to the learned values and the example's.
 
 Numbers follow one rule, column by column (a 2-D tensor's columns, e.g. the matrix layout's
 DataFrame columns; any other tensor as a whole), so that generated rows look like the training
 data (``_draw``):
 
 1. a column the model knows categories for (``vocabulary``: a LightGBM categorical feature, a
-   scikit-learn encoder's integer categories) draws from those categories;
+   scikit-learn encoder's integer categories, a PyTorch module's ids below its smallest
+   embedding's rows) draws from those categories;
 2. a column whose example values are all integers (an int dtype, or floats like ``3.0``) draws
    integers within the example's [min, max];
 3. any other float column draws uniformly within the example's [min, max] (a constant column:
@@ -38,10 +41,15 @@ UNSEEN = "__never_seen_in_training__"
 class Feeds:
     arrays: dict[str, np.ndarray]
     source: str  # "input_example", "generated" or both joined by "+"
+    example_rows: int = 0  # the first rows are the input example's, the rest generated
 
     @property
     def rows(self) -> int:
         return len(next(iter(self.arrays.values())))
+
+    def generated(self) -> dict[str, np.ndarray]:
+        """The rows the builder drew itself (none when parity runs on the example alone)."""
+        return {k: v[self.example_rows :] for k, v in self.arrays.items()}
 
     def head(self, n: int) -> dict[str, np.ndarray]:
         return {k: v[:n] for k, v in self.arrays.items()}
@@ -103,10 +111,12 @@ def build_feeds(
     example: dict[str, np.ndarray] | None,
     vocabulary: dict[str, tuple[Any, ...]],
     generated: int,
+    known_only: frozenset[str] = frozenset(),
 ) -> Feeds:
     """The example rows, then ``generated`` rows (at least 8 without an example).
 
-    ``vocabulary`` is keyed by input name, or by column name for the matrix layout's columns."""
+    ``vocabulary`` is keyed by input name, or by column name for the matrix layout's columns;
+    ``known_only`` names the inputs (or matrix columns) that take learned values only."""
     rng = np.random.default_rng(0)
     parts: list[dict[str, np.ndarray]] = [example] if example is not None else []
     if generated > 0 or not parts:
@@ -114,7 +124,7 @@ def build_feeds(
         columns = tuple(c.name for c in inputs.columns) if inputs.layout == "matrix" else ()
         parts.append(
             {
-                t.name: _generate(t, rows, rng, example, vocabulary.get(t.name, ()), vocabulary, columns)
+                t.name: _generate(t, rows, rng, example, vocabulary, columns, known_only)
                 for t in inputs.tensors
             }
         )
@@ -122,7 +132,8 @@ def build_feeds(
     sources = (["input_example"] if example is not None else []) + (
         ["generated"] if len(parts) > (example is not None) else []
     )
-    return Feeds(arrays, "+".join(sources))
+    example_rows = len(next(iter(example.values()))) if example is not None else 0
+    return Feeds(arrays, "+".join(sources), example_rows)
 
 
 def _generate(
@@ -130,15 +141,19 @@ def _generate(
     rows: int,
     rng: np.random.Generator,
     example: dict[str, np.ndarray] | None,
-    learned: tuple[Any, ...],
-    vocabulary: dict[str, tuple[Any, ...]] | None = None,
+    vocabulary: dict[str, tuple[Any, ...]],
     columns: tuple[str, ...] = (),
+    known_only: frozenset[str] = frozenset(),
 ) -> np.ndarray:
-    """Generated rows of one tensor. ``columns`` names a 2-D tensor's columns (the matrix
-    layout's DataFrame columns), whose learned values ``vocabulary`` may hold by column name."""
+    """Generated rows of one tensor. ``vocabulary`` holds learned values by input name, and by
+    column name for a 2-D tensor's columns (``columns``: the matrix layout's DataFrame columns)."""
+    learned = vocabulary.get(tensor.name, ())
     seen = example.get(tensor.name) if example is not None else None
     if tensor.dtype == "string":
         known = [*learned, *(seen.ravel().tolist() if seen is not None else [])]
+        if tensor.name in known_only and known:
+            # The model raises on a value it never saw: no empty string, no unseen value.
+            return tensor.sample(rows, rng, tuple(dict.fromkeys(known)))
         # Every generated batch also carries the empty string and an unseen value.
         words = tuple(dict.fromkeys([*known, "", UNSEEN]))
         out = tensor.sample(rows, rng, words)
@@ -154,12 +169,18 @@ def _generate(
     per_column = seen is not None and seen.ndim == 2 and seen.shape[1] == shape[1]
     for j in range(shape[1]):
         name = columns[j] if j < len(columns) else None
-        column_learned = (vocabulary or {}).get(name, ()) if name is not None else ()
-        if not column_learned and shape[1] == 1:
+        column_learned = vocabulary.get(name, ()) if name is not None else ()
+        if not column_learned and (shape[1] == 1 or not columns):
+            # A tensor's learned values hold for each of its unnamed columns (a PyTorch
+            # embedding's ids, for every position of a [N, T] token tensor).
             column_learned = learned
         column_seen = seen[:, j] if per_column and seen is not None else None
         if seen is not None and not per_column:
             column_seen = seen.reshape(-1)
+        closed = tensor.name in known_only or (name is not None and name in known_only)
+        if closed and not column_learned and column_seen is not None:
+            # Learned values unknown: the example's own values are ones the model accepts.
+            column_learned = tuple(np.unique(column_seen[column_seen == column_seen]).tolist())
         out[:, j] = _draw((shape[0],), tensor.dtype, rng, column_seen, column_learned)
     return out
 

@@ -12,7 +12,8 @@ their inputs from it:
   all-numeric one too when the loaded model picks its columns by name (the converter's
   ``reads_columns_by_name``; ints int64, floats float32).
 - ``tensors``: a tensor-based signature (numpy-trained models, PyTorch, ONNX): each named
-  tensor spec becomes an input as declared.
+  tensor spec becomes an input as declared; a single unnamed one is ``input`` (an ONNX
+  model's converter maps it onto the graph's only input, whatever the graph calls it).
 """
 
 from __future__ import annotations
@@ -88,14 +89,18 @@ def inputs_from_signature(
     if signature is None or signature.inputs is None:
         raise ConversionError(
             f"{model_ref} was logged without a signature, so its input names, types and shapes are unknown",
-            hint="log it again with input_example=... or signature=infer_signature(X, y)",
+            hint="log it again with signature=infer_signature(X, y), or input_example=... (every "
+            "flavor but mlflow.onnx infers a signature from it; an ONNX model needs signature=...)",
         )
     specs = signature.inputs.inputs
     if all(isinstance(s, ColSpec) for s in specs):
         return _tabular(specs, model_ref, by_column=layout == "columns")
     if all(isinstance(s, MlflowTensorSpec) for s in specs):
         return _tensors(specs, model_ref)
-    raise ConversionError(f"{model_ref}: signature mixes column and tensor inputs")
+    raise ConversionError(
+        f"{model_ref}: signature mixes column and tensor inputs",
+        hint="log it again with one kind of input example: a DataFrame (columns) or arrays (tensors)",
+    )
 
 
 def _tabular(specs: list, model_ref: str, by_column: bool = False) -> ModelInputs:
@@ -115,7 +120,10 @@ def _tabular(specs: list, model_ref: str, by_column: bool = False) -> ModelInput
                 hint="flatten nested values (arrays, objects) into columns before the model",
             )
         if not spec.name:
-            raise ConversionError(f"{model_ref}: input column {i} has no name in the signature")
+            raise ConversionError(
+                f"{model_ref}: input column {i} has no name in the signature",
+                hint="log it again with a DataFrame input example whose columns are named",
+            )
         columns.append(Column(spec.name, _COLUMN_DTYPES[type_name]))
     if all(c.dtype != "string" for c in columns) and not by_column:
         # All numeric: one float matrix, the cheapest request to build and send.
@@ -133,7 +141,12 @@ def _tensors(specs: list, model_ref: str) -> ModelInputs:
         if dtype in ("object", "str") or dtype.startswith("<U"):
             dtype = "string"
         if not is_supported_dtype(dtype):
-            raise ConversionError(f"{model_ref}: input tensor {spec.name or i} has dtype {dtype}")
+            raise ConversionError(
+                f"{model_ref}: input tensor {spec.name or i} has dtype {dtype}, which no Triton tensor "
+                "carries here",
+                hint="log it with an input example of float32/float64, int64/int32 or bool values, "
+                "or strings",
+            )
         name = spec.name or (TABULAR_INPUT if len(specs) == 1 else f"input_{i}")
         tensors.append(TensorSpec(name=name, dtype=dtype, shape=tuple(int(d) for d in spec.shape)))
     return ModelInputs(layout="tensors", tensors=tuple(tensors))

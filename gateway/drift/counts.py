@@ -144,7 +144,8 @@ class Binner:
 
     @staticmethod
     def _label(binned: Binned) -> Column:
-        """Multiclass, and binary without probabilities: the predicted label, over ``serving.classes``."""
+        """Multiclass, binary without probabilities, and cluster: the predicted label, over
+        ``serving.classes`` (a clusterer's: its cluster ids)."""
         lookup, other = categorical_lookup(binned, string=False), len(binned.categories)
 
         def labels(observation: Observation, keep: np.ndarray | None) -> np.ndarray:

@@ -28,7 +28,8 @@ PREDICTION = "__prediction__"  # the ``feature`` label of the prediction (docs/d
 
 
 def prediction_of(spec: ModelSpec) -> tuple[str, Literal["numeric", "categorical"]] | None:
-    """The reference's ``prediction`` entry a model's kind implies: its name and kind, or None
+    """The reference's ``prediction`` entry a model's kind implies: its name and kind (a
+    clusterer's, like a label-only classifier's, is its predicted label), or None
     when there is none to compare (kind ``other``, legacy exports, and multi-target regressors,
     whose K values have no one distribution; their drift covers the inputs only)."""
     if spec.legacy:
@@ -43,6 +44,8 @@ def prediction_of(spec: ModelSpec) -> tuple[str, Literal["numeric", "categorical
         return ("value", "numeric") if spec.targets == 1 else None
     if spec.kind == "outlier":
         return "score", "numeric"  # the decision function, binned like a regression value
+    if spec.kind == "cluster":
+        return "label", "categorical"  # the cluster id, over the clusters
     return None
 
 

@@ -10,7 +10,8 @@ Outputs, by kind (all FP64 numbers: the gateway's answers are Python floats, and
 them exactly, so OIP and ``/v1`` agree to the bit): binary ``label``, ``probabilities``
 ``[N, C]``, ``score`` ``[N, 1]``; multiclass ``label``, ``probabilities``; classifiers without
 probabilities ``label`` and (when the model has them) ``scores``; regression ``value``
-``[N, targets]``; outlier ``label`` (INT64 -1/1), ``score``, ``outlier`` (BOOL); and for every
+``[N, targets]``; outlier ``label`` (INT64 -1/1), ``score``, ``outlier`` (BOOL); cluster ``label``
+(INT64, the cluster id) and, when the model has them, ``distances`` ``[N, clusters]``; and for every
 kind ``defaults_used`` (BOOL ``[N, 1]``). A label is BYTES when the classes are strings, INT64
 when integers, BOOL or FP64 when those. Kind ``other`` passes untyped outputs through and has no
 fixed tensors: it is refused here (use ``/v1/models/{m}/predict``).
@@ -129,7 +130,7 @@ def to_request(spec: ModelSpec, tensors: Sequence[Tensor]) -> PredictRequest:
 
 def _label_type(spec: ModelSpec) -> str:
     classes = spec.classes or ()
-    if spec.kind == "outlier" or not classes:
+    if spec.kind in ("outlier", "cluster") or not classes:
         return "INT64"
     if all(isinstance(c, bool) for c in classes):
         return "BOOL"
@@ -154,6 +155,10 @@ def outputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
         found = [TensorSpec("value", "FP64", (-1, spec.targets))]
     elif spec.kind == "outlier":
         found = [label, TensorSpec("score", "FP64", (-1, 1)), TensorSpec("outlier", "BOOL", (-1, 1))]
+    elif spec.kind == "cluster":
+        found = [label]
+        if spec.roles.distances is not None:
+            found.append(TensorSpec("distances", "FP64", (-1, spec.clusters or -1)))
     elif spec.roles.probabilities is None and not spec.legacy:  # the model's label, decision values
         found = [label]
         if spec.roles.scores is not None:
@@ -189,6 +194,8 @@ def _row(name: str, p: Prediction) -> list[Any]:
         return list(p.probabilities)
     if name == "scores":
         return list(p.scores or ())
+    if name == "distances":
+        return list(p.distances or ())
     if name == "value":
         return list(p.values) if p.values is not None else [p.value]
     if name == "defaults_used":

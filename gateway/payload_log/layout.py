@@ -13,7 +13,7 @@ monitoring (pointed at the folder as a ``FileLoggingDestination``) and any Parqu
   answered) and ``__fallback`` (true while the model is switched to its fallback,
   gateway/fallback/: ``__answered_by``/``__model_version`` then name the fallback), and by
   kind ``__score`` (binary, outlier), ``__label`` (classifiers, the class value in its own
-  type; outlier, -1 or 1),
+  type; outlier, -1 or 1; cluster, the cluster id), ``__distances`` (cluster),
   ``__probabilities`` (classifiers, in ``classes`` order), ``__scores`` (classifiers without
   probabilities: decision-function values), ``__value`` (regression), ``__values`` (regression
   with several targets), ``__outlier`` (outlier), and ``__defaults_used``;
@@ -191,6 +191,11 @@ def _predictions(spec: ModelSpec, predictions: Sequence[Any]) -> dict[str, pa.Ar
         else:
             scores = [list(p.scores or ()) for p in predictions]
             out["__scores"] = pa.array(scores, type=pa.list_(pa.float64()))
+    if spec.kind == "cluster":
+        out["__label"] = pa.array([p.label for p in predictions], type=pa.int64())
+        if spec.roles.distances is not None:
+            distances = [None if p.distances is None else list(p.distances) for p in predictions]
+            out["__distances"] = pa.array(distances, type=pa.list_(pa.float64()))
     if spec.kind == "regression" and spec.targets == 1:
         out["__value"] = pa.array([p.value for p in predictions], type=pa.float64())
     if spec.kind == "regression" and spec.targets > 1:

@@ -50,7 +50,7 @@ class Output(_message.Message):
     def __init__(self, values: _Optional[_Iterable[float]] = ..., strings: _Optional[_Iterable[str]] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Prediction(_message.Message):
-    __slots__ = ("score", "label", "probabilities", "defaults_used", "class_label", "value", "outputs", "outlier", "scores", "values", "id")
+    __slots__ = ("score", "label", "probabilities", "defaults_used", "class_label", "value", "outputs", "outlier", "scores", "values", "id", "distances")
     class OutputsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +69,7 @@ class Prediction(_message.Message):
     SCORES_FIELD_NUMBER: _ClassVar[int]
     VALUES_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
+    DISTANCES_FIELD_NUMBER: _ClassVar[int]
     score: float
     label: int
     probabilities: _containers.RepeatedScalarFieldContainer[float]
@@ -80,7 +81,8 @@ class Prediction(_message.Message):
     scores: _containers.RepeatedScalarFieldContainer[float]
     values: _containers.RepeatedScalarFieldContainer[float]
     id: str
-    def __init__(self, score: _Optional[float] = ..., label: _Optional[int] = ..., probabilities: _Optional[_Iterable[float]] = ..., defaults_used: _Optional[bool] = ..., class_label: _Optional[_Union[Value, _Mapping]] = ..., value: _Optional[float] = ..., outputs: _Optional[_Mapping[str, Output]] = ..., outlier: _Optional[bool] = ..., scores: _Optional[_Iterable[float]] = ..., values: _Optional[_Iterable[float]] = ..., id: _Optional[str] = ...) -> None: ...
+    distances: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, score: _Optional[float] = ..., label: _Optional[int] = ..., probabilities: _Optional[_Iterable[float]] = ..., defaults_used: _Optional[bool] = ..., class_label: _Optional[_Union[Value, _Mapping]] = ..., value: _Optional[float] = ..., outputs: _Optional[_Mapping[str, Output]] = ..., outlier: _Optional[bool] = ..., scores: _Optional[_Iterable[float]] = ..., values: _Optional[_Iterable[float]] = ..., id: _Optional[str] = ..., distances: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class PredictResponse(_message.Message):
     __slots__ = ("model", "model_version", "predictions", "feature_age_seconds", "kind", "classes", "id")

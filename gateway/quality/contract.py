@@ -15,7 +15,8 @@ JSON clients write every value as text. A bool never stands for a number, nor a 
 bool (``true`` is no label of classes ``[0, 1]``): that is a client mixing up columns. A
 regressor's label is a finite number (or its text), or a list of ``serving.targets`` of them;
 an outlier detector's, ``true`` (outlier) / ``false`` or ``-1`` (outlier) / ``1``, as its label
-output says; kind ``other`` takes any scalar and computes nothing.
+output says; kinds ``other`` and ``cluster`` (whose ids no ground truth names) take any scalar
+and compute nothing.
 
 Predictions are kept compact (``compact``): a binary model's score, a class index, a value;
 never the ``Prediction`` object, so a remembered prediction costs a few dozen bytes.
@@ -157,7 +158,7 @@ def truth_of(contract: Contract, raw: object) -> tuple[Truth | None, str]:
         if isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
             return raw.strip().lower() == "true", ""
         return None, f"label {raw!r} is not an outlier label (true/false, or -1 outlier / 1 inlier)"
-    if isinstance(raw, bool | int | float | str):  # kind other: counted, nothing to compare with
+    if isinstance(raw, bool | int | float | str):  # kind other, cluster: counted, nothing to compare with
         return raw, ""
     return None, f"label {raw!r} is not a number, text or true/false"
 

@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from feast_access import EVENT_TIMESTAMP
 from gateway.payload_log.layout import LOG_TIMESTAMP
 from gateway.quality.offline import LABEL, ROW, Labels, OfflineError
-
-_EVENT = "event_timestamp"  # Feast's entity frame's time column
 
 
 class FeatureViewLabels:
@@ -46,7 +45,7 @@ class FeatureViewLabels:
     def for_log(self, log: pd.DataFrame) -> Labels:
         """The view's label of each logged row (only rows that have one)."""
         entities = log[list(self._keys)].copy()
-        entities[_EVENT] = pd.to_datetime(log[LOG_TIMESTAMP], utc=True)
+        entities[EVENT_TIMESTAMP] = pd.to_datetime(log[LOG_TIMESTAMP], utc=True)
         entities[ROW] = log.index
         entities = entities[entities[list(self._keys)].notna().all(axis=1)]
         try:

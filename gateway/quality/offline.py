@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from feast_access import EVENT_TIMESTAMP
 from gateway.payload_log.layout import ANSWERED_BY, LOG_TIMESTAMP, MODEL, VERSION
 from gateway.payload_log.sink import PARTITION_KEY, open_filesystem
 from gateway.quality.contract import Compact, Contract, Truth, evaluate, label_index, reliability, truth_of
@@ -49,7 +50,6 @@ CHALLENGER_VERSION: Final = "__challenger_version"
 ANSWERS: Final = ("score", "label", "probabilities", "scores", "value", "values", "outlier")
 LABEL: Final = "label"
 ID: Final = "prediction_id"
-EVENT_TIMESTAMP: Final = "event_timestamp"
 ROW: Final = "__row"  # the log row a label joined to
 
 

@@ -1,7 +1,9 @@
 """How a champion's and a challenger's answers to the same rows are compared, by model kind.
 
 Per row pair, up to three things:
-- whether the labels agree (classifiers and outlier detectors; None where the kind has none);
+- whether the labels agree (classifiers, outlier detectors and clusterers, whose cluster ids a
+  retrain may number otherwise: a disagreement clients of the ids see too; None where the kind
+  has none);
 - the difference of their scores or values: binary ``|score - score|`` (the probability of
   ``classes[1]``), multi-class the largest ``|p_k - q_k|`` over the classes, regression
   ``|value - value|`` (the largest over targets), outlier ``|score - score|``; None where
@@ -53,7 +55,7 @@ def compare(
 ) -> Compared:
     """Compare the rows' answers (same length, same order); ``spec`` is the champion's."""
     agree = None
-    if spec.kind in ("binary", "multiclass", "outlier") and not spec.legacy:
+    if spec.kind in ("binary", "multiclass", "outlier", "cluster") and not spec.legacy:
         agree = np.fromiter((a.label == b.label for a, b in zip(champion, challenger, strict=True)), bool)
     return Compared(
         agree, _difference(spec, champion, challenger), *_binned(spec, bins, champion, challenger)

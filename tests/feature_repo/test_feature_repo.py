@@ -1,4 +1,5 @@
-"""The Feast repository end to end: generate, apply, materialize, then read offline and online.
+"""The demo's Feast repository end to end through feast_access/ (profiles, apply, materialize, the
+training frame): generate, apply, materialize, then read offline and online.
 
 Everything runs on a copy of feature_repo/ under tmp_path, so the source tree never gets data files.
 The Redis profile runs against a real redis-server these tests start on a free port.
@@ -19,8 +20,11 @@ import pytest
 import redis
 from feast import FeatureStore
 
-from feature_repo import store as fr
-from feature_repo.definitions import MERCHANT_TTL, USER_TTL
+from feast_access.service import feature_names, feature_refs, string_features
+from feast_access.store import PROFILE_ENV, REDIS_ENV, apply, materialize, open_store, profile_file
+from feast_access.training import training_frame
+from feature_repo import REPO_PATH
+from feature_repo.definitions import MERCHANT_TTL, OBJECTS, USER_TTL
 from feature_repo.generate import (
     CHANNELS,
     MERCHANT_CATEGORIES,
@@ -33,7 +37,7 @@ from support import servers
 
 pytestmark = pytest.mark.integration
 
-SOURCE = Path(fr.__file__).resolve().parent
+SOURCE = REPO_PATH
 PROJECT_ROOT = SOURCE.parent
 USER_FEATURES = ["user_age_days", "tx_last_24h", "avg_amount_30d"]
 MERCHANT_FEATURES = ["merchant_risk", "merchant_fraud_rate_30d", "merchant_category"]
@@ -66,8 +70,8 @@ def sources(repo: tuple[Path, GeneratedFiles]) -> dict[str, pd.DataFrame]:
 @pytest.fixture(scope="module")
 def sqlite_store(repo: tuple[Path, GeneratedFiles]) -> FeatureStore:
     path, _ = repo
-    fr.apply(path, profile="sqlite")
-    return fr.materialize(path, end=datetime.now(UTC), profile="sqlite")
+    apply(path, OBJECTS, profile="sqlite")
+    return materialize(path, end=datetime.now(UTC), profile="sqlite")
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +86,10 @@ def redis_store(repo: tuple[Path, GeneratedFiles], redis_server: str) -> Feature
     path, _ = repo
     # Selected the way a deployment selects it: through the environment, no profile argument.
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(fr.PROFILE_ENV, "redis")
-        mp.setenv(fr.REDIS_ENV, redis_server)
-        fr.apply(path)
-        store = fr.materialize(path, end=datetime.now(UTC))
+        mp.setenv(PROFILE_ENV, "redis")
+        mp.setenv(REDIS_ENV, redis_server)
+        apply(path, OBJECTS)
+        store = materialize(path, end=datetime.now(UTC))
     assert store.config.online_store.type == "redis"
     return store
 
@@ -181,16 +185,16 @@ def test_feature_service_order_is_stable(
     sqlite_store: FeatureStore, repo: tuple[Path, GeneratedFiles]
 ) -> None:
     path, _ = repo
-    assert fr.feature_names(sqlite_store, "fraud_v1") == FRAUD_V1
-    assert fr.string_features(sqlite_store, "fraud_v1") == ["merchant_category"]
-    assert fr.feature_refs(sqlite_store, "fraud_v1") == [
+    assert feature_names(sqlite_store, "fraud_v1") == FRAUD_V1
+    assert string_features(sqlite_store, "fraud_v1") == ["merchant_category"]
+    assert feature_refs(sqlite_store, "fraud_v1") == [
         *(f"user_stats:{n}" for n in USER_FEATURES),
         *(f"merchant_stats:{n}" for n in MERCHANT_FEATURES),
     ]
     # Re-applying and reopening from the registry keeps the order: it is the model's input order.
-    fr.apply(path, profile="sqlite")
-    reopened = fr.open_store(path, profile="sqlite")
-    assert fr.feature_names(reopened, "fraud_v1") == FRAUD_V1
+    apply(path, OBJECTS, profile="sqlite")
+    reopened = open_store(path, profile="sqlite")
+    assert feature_names(reopened, "fraud_v1") == FRAUD_V1
 
 
 def test_historical_features_are_point_in_time(
@@ -221,7 +225,7 @@ def test_historical_features_are_point_in_time(
     sampled = sources["tx"].sample(40, random_state=0)[["user_id", "merchant_id", "event_timestamp"]]
     entity_df = pd.concat([special, sampled], ignore_index=True)
 
-    got = fr.training_frame(sqlite_store, "fraud_v1", entity_df=entity_df)
+    got = training_frame(sqlite_store, "fraud_v1", entity_df=entity_df)
 
     assert list(got.columns) == ["user_id", "merchant_id", "event_timestamp", *FRAUD_V1]
     pd.testing.assert_frame_equal(got[entity_df.columns], entity_df)
@@ -239,7 +243,7 @@ def test_training_frame_covers_every_transaction(
     sqlite_store: FeatureStore, sources: dict[str, pd.DataFrame]
 ) -> None:
     tx = sources["tx"]
-    got = fr.training_frame(sqlite_store, "fraud_v1")
+    got = training_frame(sqlite_store, "fraud_v1")
 
     assert list(got.columns) == [*tx.columns, *FRAUD_V1]
     pd.testing.assert_frame_equal(got[tx.columns], tx)
@@ -319,20 +323,20 @@ def test_redis_profile_serves_the_same_online_values(
 
 
 def test_profile_selection(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(fr.PROFILE_ENV, raising=False)
-    monkeypatch.delenv(fr.REDIS_ENV, raising=False)
-    assert fr.profile_file(SOURCE).name == "feature_store.yaml"
-    assert fr.profile_file(SOURCE, "redis").name == "feature_store.redis.yaml"
-    redis_default = fr.open_store(SOURCE, "redis")
+    monkeypatch.delenv(PROFILE_ENV, raising=False)
+    monkeypatch.delenv(REDIS_ENV, raising=False)
+    assert profile_file(SOURCE).name == "feature_store.yaml"
+    assert profile_file(SOURCE, "redis").name == "feature_store.redis.yaml"
+    redis_default = open_store(SOURCE, "redis")
     assert redis_default.config.online_store.connection_string == "localhost:6379"
-    monkeypatch.setenv(fr.PROFILE_ENV, "redis")
-    monkeypatch.setenv(fr.REDIS_ENV, "redis.internal:6380,password=x")
-    store = fr.open_store(SOURCE)
+    monkeypatch.setenv(PROFILE_ENV, "redis")
+    monkeypatch.setenv(REDIS_ENV, "redis.internal:6380,password=x")
+    store = open_store(SOURCE)
     assert store.config.online_store.connection_string == "redis.internal:6380,password=x"
     assert store.config.registry.path == "data/registry_redis.db"
-    monkeypatch.setenv(fr.PROFILE_ENV, "cassandra")
+    monkeypatch.setenv(PROFILE_ENV, "cassandra")
     with pytest.raises(ValueError, match="unknown Feast profile 'cassandra'"):
-        fr.open_store(SOURCE)
+        open_store(SOURCE)
 
 
 @pytest.fixture(scope="module")
@@ -341,8 +345,8 @@ def corrected_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[FeatureSt
     path = _copy_repo(tmp_path_factory.mktemp("feast_corrected") / "feature_repo")
     spec = DatasetSpec(seed=11, n_users=100, n_merchants=10, days=10, n_transactions=200, correction_rate=0.2)
     files = generate(path / "data", spec)
-    fr.apply(path, profile="sqlite")
-    store = fr.materialize(path, end=datetime.now(UTC), profile="sqlite")
+    apply(path, OBJECTS, profile="sqlite")
+    store = materialize(path, end=datetime.now(UTC), profile="sqlite")
     users = pd.read_parquet(files.user_stats)
     keys = ["user_id", "event_timestamp"]
     corrections = users[users.duplicated(keys, keep=False)].sort_values("created_timestamp")
@@ -370,6 +374,6 @@ def test_historical_serves_the_correction(corrected_store: tuple[FeatureStore, p
     entity_df = corrections[["user_id", "event_timestamp"]].assign(merchant_id=1)
     entity_df["event_timestamp"] += pd.Timedelta(hours=2)
 
-    got = fr.training_frame(store, "fraud_v1", entity_df=entity_df)
+    got = training_frame(store, "fraud_v1", entity_df=entity_df)
 
     assert got["tx_last_24h"].tolist() == corrections["tx_last_24h"].astype(float).tolist()

@@ -197,15 +197,16 @@ class OnRedis:
 @pytest.fixture(scope="module")
 def on_redis(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[OnRedis]:
     """The feature repository on the Redis profile, materialized with Feast (as the chart runs)."""
-    from feature_repo import store as feature_store
+    from feast_access.store import REDIS_ENV, apply, materialize
+    from feature_repo.definitions import OBJECTS
 
     root = tmp_path_factory.mktemp("replicas-redis")
     repo = root / "feature_repo"
     shutil.copytree(stack.feature_repo, repo, ignore=shutil.ignore_patterns("registry_redis.db*"))
     with pytest.MonkeyPatch.context() as mp, servers.redis_server(root) as server:
-        mp.setenv(feature_store.REDIS_ENV, server.address)
-        feature_store.apply(repo, profile="redis")
-        feature_store.materialize(repo, end=datetime.now(UTC), profile="redis")
+        mp.setenv(REDIS_ENV, server.address)
+        apply(repo, OBJECTS, profile="redis")
+        materialize(repo, end=datetime.now(UTC), profile="redis")
         yield OnRedis(repo, server)
 
 

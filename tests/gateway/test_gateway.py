@@ -34,7 +34,7 @@ ROWS = [
 
 def expected_scores(stack: Stack, rows: list[dict[str, Any]]) -> np.ndarray:
     """The trained model on the same online features, assembled in training column order."""
-    from feature_repo.store import SERVICE
+    from feature_repo import SERVICE
 
     service = stack.store.get_feature_service(SERVICE)
     keys = [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in rows]
@@ -49,7 +49,7 @@ def expected_scores(stack: Stack, rows: list[dict[str, Any]]) -> np.ndarray:
 
 
 def online_complete(stack: Stack, row: dict[str, Any]) -> bool:
-    from feature_repo.store import SERVICE
+    from feature_repo import SERVICE
 
     keys = {"user_id": row["user_id"], "merchant_id": row["merchant_id"]}
     values = stack.store.get_online_features(
@@ -315,7 +315,7 @@ def test_skew_check_passes_then_catches_a_changed_online_value(stack: Stack, tmp
     del first
     import random
 
-    from feature_repo.store import load_transactions
+    from feast_access.training import load_transactions
 
     tx = load_transactions(stack.store)
     pairs = sorted(set(zip(tx.user_id.astype(int), tx.merchant_id.astype(int), strict=True)))
@@ -394,12 +394,13 @@ def test_triton_down_gives_503_and_the_gateway_recovers(
 def test_redis_profile_then_online_store_down_gives_503(stack: Stack, tmp_path, monkeypatch):
     from datetime import UTC, datetime
 
-    from feature_repo import store as feature_store
+    from feast_access.store import REDIS_ENV, apply, materialize
+    from feature_repo.definitions import OBJECTS
 
     with servers.redis_server(tmp_path) as redis:
-        monkeypatch.setenv(feature_store.REDIS_ENV, redis.address)
-        feature_store.apply(stack.feature_repo, profile="redis")
-        feature_store.materialize(stack.feature_repo, end=datetime.now(UTC), profile="redis")
+        monkeypatch.setenv(REDIS_ENV, redis.address)
+        apply(stack.feature_repo, OBJECTS, profile="redis")
+        materialize(stack.feature_repo, end=datetime.now(UTC), profile="redis")
         env = gateway_env(
             stack,
             GATEWAY_ONLINE_STORE="redis",
@@ -443,7 +444,7 @@ def test_the_pre_resolved_read_returns_what_the_feast_sdk_returns(stack: Stack):
     # gateway/online_read.py calls the store's online_read itself; the SDK's answer is the reference
     import asyncio
 
-    from feature_repo.store import SERVICE
+    from feature_repo import SERVICE
     from gateway.features import OnlineFeatures
 
     features = OnlineFeatures(stack.feature_repo, "sqlite", timeout_s=10.0)

@@ -40,10 +40,9 @@ def like_training(stack: Stack, n: int, seed: int) -> list[dict[str, Any]]:
     as demo/train.py splits it): their entity keys and request fields. A row the point-in-time
     join left without user features gets a user the online store does not know, so the gateway
     sees it without them too (18 % of the rows: users who joined late, a snapshot missed)."""
-    from feature_repo.store import training_frame
-    from support.train import ENTITY_KEYS, REQUEST_FIELDS
+    from support.train import ENTITY_KEYS, REQUEST_FIELDS, demo_training_frame
 
-    frame = training_frame(stack.store).sort_values("event_timestamp", kind="stable")
+    frame = demo_training_frame(stack.store)
     frame = frame.head(int(len(frame) * 0.8)).sample(n, random_state=seed)
     kinds = {"amount": float, "hour": int, "channel": str}
     rows = []

@@ -51,16 +51,17 @@ class Redis:
 
 @pytest.fixture(scope="module")
 def redis(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Redis]:
-    from feature_repo import store as feature_store
+    from feast_access.store import REDIS_ENV, apply, materialize
+    from feature_repo.definitions import OBJECTS
 
     root = tmp_path_factory.mktemp("redis-faults")
     # A repository of its own: the Redis registry records what was materialized into which store.
     repo = root / "feature_repo"
     shutil.copytree(stack.feature_repo, repo, ignore=shutil.ignore_patterns("registry_redis.db*"))
     with pytest.MonkeyPatch.context() as mp, servers.redis_server(root, appendonly=True) as server:
-        mp.setenv(feature_store.REDIS_ENV, server.address)
-        feature_store.apply(repo, profile="redis")
-        feature_store.materialize(repo, end=datetime.now(UTC), profile="redis")
+        mp.setenv(REDIS_ENV, server.address)
+        apply(repo, OBJECTS, profile="redis")
+        materialize(repo, end=datetime.now(UTC), profile="redis")
         env = gateway_env(
             stack,
             GATEWAY_FEATURE_REPO=str(repo),

@@ -51,7 +51,7 @@ def _feature_repo(root: Path) -> Any:
     from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
     from feast.types import Float64, String
 
-    from feature_repo.store import open_store
+    from feast_access.store import open_store
 
     (root / "data").mkdir(parents=True)
     shutil.copy(SOURCE_YAML, root / "feature_store.yaml")

@@ -92,7 +92,7 @@ def http(gw: servers.Gateway, rows: list[dict[str, Any]]) -> requests.Response:
 
 
 def test_every_row_is_logged_as_sent_and_answered(stack: Stack, logged: tuple[servers.Gateway, Path]):
-    from feature_repo.store import SERVICE
+    from feature_repo import SERVICE
 
     gw, log = logged
     before = counted(gw, "written")

@@ -180,7 +180,7 @@ def test_the_rendered_redis_profile_opens_with_the_images_feature_repo(chart: Ch
     script = init["command"][2].replace(repo_in_image, str(repo))
     subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=180, cwd=tmp_path)
     check = (
-        "import sys; from feature_repo.store import open_store; "
+        "import sys; from feast_access.store import open_store; "
         "print(open_store(sys.argv[1], 'redis').get_feature_service('fraud_v1').name)"
     )
     out = subprocess.run(

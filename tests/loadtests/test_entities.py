@@ -51,7 +51,7 @@ def shop_feature_repo(root: Path) -> Path:
     from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
     from feast.types import Float64, String
 
-    from feature_repo.store import open_store
+    from feast_access.store import open_store
 
     (root / "data").mkdir(parents=True)
     (root / "feature_store.yaml").write_text(FEATURE_STORE_YAML.read_text())

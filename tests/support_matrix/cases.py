@@ -1,13 +1,18 @@
 """The cases of the support matrix: which model, on which input shape, in which table cell.
 
-Four tables:
+Six tables:
 
-- ``classifiers``, ``regressors``, ``outlier detectors``: every estimator
-  ``sklearn.utils.all_estimators`` lists of that type, on the numeric DataFrame; the
-  representative set ``REPRESENTATIVE`` also on the other input shapes (data.SHAPES).
+- ``classifiers``, ``regressors``, ``outlier detectors``, ``clusterers`` (those with
+  ``predict``): every estimator ``sklearn.utils.all_estimators`` lists of that type, on the
+  numeric DataFrame; the
+  representative set ``REPRESENTATIVE`` also on the other input shapes (data.SHAPES); the
+  clusterers also as a Pipeline of a StandardScaler and a KMeans.
 - ``transformers``: a Pipeline of one transformer and a final LogisticRegression (binary
   target), on the input shape the transformer is for.
 - ``boosters``: XGBoost, LightGBM and CatBoost with a few objectives, when installed.
+- ``ONNX models``: scikit-learn models converted by the user with skl2onnx (float32 rows, with
+  and without its default ZipMap output) and logged with ``mlflow.onnx``, on the DataFrame
+  and the numpy array.
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from tests.support_matrix import data
 CLASSIFIERS = "classifiers"
 REGRESSORS = "regressors"
 OUTLIERS = "outlier detectors"
+CLUSTERERS = "clusterers"
 TRANSFORMERS = "transformers"
 BOOSTERS = "boosters"
-TABLES = (CLASSIFIERS, REGRESSORS, OUTLIERS, TRANSFORMERS, BOOSTERS)
+ONNX = "ONNX models (mlflow.onnx)"
+TABLES = (CLASSIFIERS, REGRESSORS, OUTLIERS, CLUSTERERS, TRANSFORMERS, BOOSTERS, ONNX)
 
 # A few of each family (linear, trees, bagged and boosted trees, SVM, neighbours, naive Bayes,
 # neural network), on every input shape: the other estimators of a family share its converter
@@ -42,6 +49,7 @@ REPRESENTATIVE = {
     "KNeighborsRegressor",
     "GaussianNB",
     "MLPClassifier",
+    "KMeans",
 }
 # Regressors that only fit a 2-column target; ``MULTI_OUTPUT_EXTRA`` also get a 2-target row.
 TWO_TARGETS_ONLY = {
@@ -59,6 +67,7 @@ MULTICLASS_EXTRA = ("LogisticRegression", "RandomForestClassifier", "GaussianNB"
 TWO_LABELS_ONLY = {"ClassifierChain", "MultiOutputClassifier"}
 NOT_TRIED = {
     "IsotonicRegression": "fits one feature only",
+    "Birch": "skops, MLflow's default format, cannot save it",
 }
 # Meta-estimators whose `estimator` defaults to None and then refuses to fit.
 ESTIMATOR_DEFAULTS_TO_NONE = {"SelfTrainingClassifier"}
@@ -82,6 +91,10 @@ class Case:
     flavor: str  # the MLflow flavor it is logged with
     build: Callable[[], Any]  # a fresh unfitted model; raises NotTried
     fit_params: dict[str, Any] = field(default_factory=dict)
+    # What is logged and how, from the fitted model and its training features (None: the model
+    # itself, with data.example as its input example): for the onnx flavor, the ONNX graph a
+    # user converts it to and log_model's input_example and signature.
+    to_log: Callable[[Any, Any], tuple[Any, dict[str, Any]]] | None = None
 
     @property
     def key(self) -> str:
@@ -199,7 +212,7 @@ def _on_shape(build: Callable[[], Any], shape: str) -> Callable[[], Any]:
 
 
 def _target(name: str, table: str) -> str:
-    if table == OUTLIERS:
+    if table in (OUTLIERS, CLUSTERERS):
         return data.NO_TARGET
     if name in TWO_TARGETS_ONLY:
         return data.TWO_TARGETS
@@ -246,6 +259,32 @@ def sklearn_estimator_cases() -> list[Case]:
         + _estimator_cases(REGRESSORS, all_estimators(type_filter="regressor"))
         + _estimator_cases(OUTLIERS, outliers)
     )
+
+
+def clusterer_cases() -> list[Case]:
+    """Every clusterer that assigns new rows to clusters (``predict``; the others label their
+    training rows only, and MLflow infers no signature for them), and KMeans after a
+    StandardScaler (a Pipeline ending in a clusterer)."""
+    from sklearn.utils import all_estimators
+
+    def scaled_kmeans() -> Any:
+        from sklearn.cluster import KMeans
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import StandardScaler
+
+        return make_pipeline(StandardScaler(), _small(KMeans()))
+
+    scaled = Case(
+        CLUSTERERS,
+        "StandardScaler + KMeans",
+        data.DATAFRAME,
+        data.DATAFRAME,
+        data.NO_TARGET,
+        "sklearn",
+        scaled_kmeans,
+    )
+    predicting = [(n, c) for n, c in all_estimators(type_filter="cluster") if hasattr(c, "predict")]
+    return [*_estimator_cases(CLUSTERERS, predicting), scaled]
 
 
 # ---- transformers in a Pipeline ---------------------------------------------------------------
@@ -435,5 +474,75 @@ def _booster_build(booster: Booster, shape: str) -> Callable[[], Any]:
     return lambda: _booster_model(booster, shape)
 
 
+# ---- ONNX models as logged ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OnnxRow:
+    row: str
+    estimator: str  # a scikit-learn class in sklearn.linear_model, .ensemble or .cluster
+    target: str
+    zipmap: bool | None = None  # a classifier's option; None: the converter has no ZipMap
+
+
+# Rows name the model skl2onnx converted ("→ ONNX": a row of its own beside the estimator's).
+ONNX_ROWS = (
+    OnnxRow(
+        "LogisticRegression → ONNX, ZipMap (skl2onnx's default)", "LogisticRegression", data.BINARY, True
+    ),
+    OnnxRow("LogisticRegression → ONNX, zipmap=False", "LogisticRegression", data.BINARY, False),
+    OnnxRow("LogisticRegression [3 classes] → ONNX, ZipMap", "LogisticRegression", data.MULTICLASS, True),
+    OnnxRow("RandomForestClassifier → ONNX, ZipMap", "RandomForestClassifier", data.BINARY, True),
+    OnnxRow("Ridge → ONNX", "Ridge", data.REGRESSION),
+    OnnxRow("KMeans → ONNX", "KMeans", data.NO_TARGET),
+)
+
+
+def _onnx_estimator(name: str) -> Callable[[], Any]:
+    def build() -> Any:
+        from sklearn import cluster, ensemble, linear_model
+
+        for module in (linear_model, ensemble, cluster):
+            if hasattr(module, name):
+                return _small(getattr(module, name)())
+        raise NotTried(f"no scikit-learn estimator {name}")
+
+    return build
+
+
+def _skl2onnx_graph(zipmap: bool | None) -> Callable[[Any, Any], tuple[Any, dict[str, Any]]]:
+    """What a user logs with mlflow.onnx: skl2onnx's graph of the fitted model, converted from
+    one float32 array as its documentation does (a DataFrame's values: skl2onnx gives a
+    DataFrame one input per column, which a lone estimator refuses; a ZipMap over float64
+    probabilities does not load), with the training rows' example and, since mlflow.onnx infers
+    none from an example, the signature ``infer_signature`` gives."""
+
+    def convert(model: Any, X: Any) -> tuple[Any, dict[str, Any]]:
+        import numpy as np
+        from mlflow.models import infer_signature
+        from skl2onnx import to_onnx
+
+        options = {} if zipmap is None else {id(model): {"zipmap": zipmap}}
+        graph = to_onnx(model, np.asarray(X[:1], dtype=np.float32), options=options)
+        example = data.example(X)
+        return graph, {
+            "input_example": example,
+            "signature": infer_signature(example, model.predict(example)),
+        }
+
+    return convert
+
+
+def onnx_cases() -> list[Case]:
+    cases = []
+    for spec in ONNX_ROWS:
+        for shape in (data.DATAFRAME, data.NUMPY):
+            build, convert = _onnx_estimator(spec.estimator), _skl2onnx_graph(spec.zipmap)
+            cases.append(Case(ONNX, spec.row, shape, shape, spec.target, "onnx", build, to_log=convert))
+    return cases
+
+
 def all_cases() -> list[Case]:
-    return sklearn_estimator_cases() + transformer_cases() + booster_cases()
+    return (
+        sklearn_estimator_cases() + transformer_cases() + booster_cases() + clusterer_cases() + onnx_cases()
+    )

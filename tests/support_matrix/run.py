@@ -117,17 +117,19 @@ def log(case: Case, model: Any, X: Any, artifact: str) -> None:
     import mlflow
 
     flavor = getattr(mlflow, case.flavor)
+    logged, how = case.to_log(model, X) if case.to_log is not None else (model, {})
     kwargs: dict[str, Any] = {
         "name": artifact,
         "input_example": data.example(X),
         "pip_requirements": [],  # given: inference imports every library in the process, slowly
+        **how,
     }
     if case.flavor == "sklearn":
         kwargs["skops_trusted_types"] = _skops_trusted_types(model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            flavor.log_model(model, **kwargs)
+            flavor.log_model(logged, **kwargs)
         except Exception as exc:
             raise NotTried(f"MLflow cannot log it ({type(exc).__name__})") from exc
 

@@ -33,7 +33,7 @@ PROJECT_LOCK = REPO / "requirements" / "project.lock"
 CHART = REPO / "helm" / "triton-stack" / "Chart.yaml"
 VALUES = REPO / "helm" / "triton-stack" / "values.yaml"
 
-# What the gateway and feature_repo import, with the extras they use.
+# What the gateway, feast_access and feature_repo import, with the extras they use.
 GATEWAY_ROOTS = [
     "feast[redis]",
     "fastapi",
@@ -264,7 +264,8 @@ locked = set(json.loads(os.environ["LOCKED"]))
 owners = metadata.packages_distributions()
 hidden = {
     top for top, dists in owners.items()
-    if not {canonicalize_name(d) for d in dists} & locked and top not in ("gateway", "feature_repo")
+    if not {canonicalize_name(d) for d in dists} & locked
+    and top not in ("gateway", "feast_access", "feature_repo")
 }
 
 class NotInImage(importlib.abc.MetaPathFinder):
@@ -274,13 +275,14 @@ class NotInImage(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, NotInImage())
-import feature_repo, gateway
-for pkg in (gateway, feature_repo):
+import feast_access, feature_repo, gateway
+for pkg in (gateway, feast_access, feature_repo):
     for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
         if not m.name.endswith("__main__"):
             importlib.import_module(m.name)
-from feature_repo.store import open_store
-store = open_store(profile="redis")
+from feast_access.store import open_store
+from feature_repo import REPO_PATH
+store = open_store(REPO_PATH, profile="redis")
 print(type(store._get_provider().online_store).__name__)
 """
 

@@ -237,8 +237,8 @@ def test_an_online_store_raising_on_the_keys_is_a_422_not_an_unreachable_store(
         def get_online_features(self, **kwargs: Any) -> Any:
             raise ValueError("Value out of range: 9223372036854775808")
 
-    # in place of feature_repo.store (whose Feast import alone takes seconds)
-    monkeypatch.setitem(sys.modules, "feature_repo.store", SimpleNamespace(open_store=lambda *a: Store()))
+    # in place of feast_access.store (whose Feast import alone takes seconds)
+    monkeypatch.setitem(sys.modules, "feast_access.store", SimpleNamespace(open_store=lambda *a: Store()))
     features = OnlineFeatures(tmp_path, "sqlite", timeout_s=1.0)
     with pytest.raises(RefusedByStore) as err:
         asyncio.run(features.fetch("svc", [{"user_id": 2**63}]))

@@ -14,7 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
-from feature_repo.store import REDIS_ENV, REPO_PATH
+from feast_access.store import REDIS_ENV
+from feature_repo import REPO_PATH
 from gateway import lifecycle
 from gateway.auth import ApiKeys
 from gateway.proto import gateway_pb2
