@@ -20,10 +20,11 @@ RUN /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps --only-b
  && /opt/venv/bin/pip check
 COPY pyproject.toml README.md ./
 COPY gateway gateway
+COPY serving_contract serving_contract
 COPY feast_access feast_access
 COPY feature_repo feature_repo
-# The project itself (the `gateway` command, feast_access, the demo's feature_repo); only those
-# three packages are in the context.
+# The project itself (the `gateway` command, the serving contract it reads, feast_access, the
+# demo's feature_repo); only those four packages are in the context.
 # The build backend is pinned through a constraint and lives only in pip's isolated build env.
 # No second `pip check`: the project's metadata names the whole stack (mlflow, onnx, locust...),
 # which the image leaves out on purpose; `gateway --help` proves the command imports instead.

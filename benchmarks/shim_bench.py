@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 
 from builder.tune.load import Plan, clock_ticks, closed_loop, machine_cpu_seconds, processes
+from serving_contract import keys
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TYPED, NUMERIC = "shim_typed", "shim_numeric"
@@ -241,9 +242,8 @@ def feed_rows(repo: Path, model: str, n: int, seed: int = 0) -> list[dict[str, n
     (categories as trained, numbers inside the training range), typed as its config says."""
     config = _read_config(repo / model)
     rng = np.random.default_rng(seed)
-    reference = (
-        config.parameters["drift.reference"].string_value if "drift.reference" in config.parameters else ""
-    )
+    param = config.parameters.get(keys.DRIFT_REFERENCE)
+    reference = param.string_value if param is not None else ""
     features = {f["name"]: f for f in json.loads(reference)["features"]} if reference else {}
     from tritonclient.utils import triton_to_np_dtype
 

@@ -15,16 +15,17 @@ outlier) and ``score`` [N, 1] (the decision function: below 0 is an outlier), cl
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
-KINDS = ("binary", "multiclass", "regression", "outlier", "cluster", "other")
+from serving_contract import KINDS, Kind, OutlierScore, ServingContract
+
 LABEL, PROBABILITIES, PREDICTION = "label", "probabilities", "prediction"
 SCORES, SCORE, DISTANCES = "scores", "score", "distances"
 # An outlier detector's score is its decision function; scikit-learn's convention (and the
 # label's) is that a score below 0 is an outlier.
-OUTLIER_SCORE = {"source": "decision_function", "outlier_below": 0.0}
+OUTLIER_SCORE = OutlierScore("decision_function", 0.0)
 
 
 @dataclass(frozen=True)
@@ -70,22 +71,19 @@ class ModelKind:
     def string_labels(self) -> bool:
         return bool(self.classes) and any(isinstance(c, str) for c in self.classes or ())
 
-    def to_dict(self) -> dict[str, Any]:
-        """The serving facts of the kind (docs/serving-contract.md): ``targets`` only for a
-        multi-target regressor, ``score`` only for an outlier detector, ``clusters`` only for a
-        clusterer that says how many it has."""
-        facts: dict[str, Any] = {
-            "kind": self.kind,
-            "classes": list(self.classes) if self.classes is not None else None,
-            "outputs": dict(self.outputs),
-        }
-        if self.kind == "regression" and self.targets > 1:
-            facts["targets"] = self.targets
-        if self.kind == "outlier":
-            facts["score"] = dict(OUTLIER_SCORE)
-        if self.kind == "cluster" and self.clusters is not None:
-            facts["clusters"] = self.clusters
-        return facts
+    def contract(self) -> ServingContract:
+        """The serving contract's facts the kind decides (docs/serving-contract.md): ``targets``
+        only for a multi-target regressor, ``score`` only for an outlier detector, ``clusters``
+        only for a clusterer that says how many it has. The export adds the inputs
+        (export/describe.py)."""
+        return ServingContract(
+            kind=cast(Kind, self.kind),  # checked in __post_init__
+            classes=self.classes,
+            outputs=dict(self.outputs),
+            targets=self.targets if self.kind == "regression" and self.targets > 1 else None,
+            score=OUTLIER_SCORE if self.kind == "outlier" else None,
+            clusters=self.clusters if self.kind == "cluster" else None,
+        )
 
 
 def with_targets(kind: ModelKind, graph: Any) -> ModelKind:

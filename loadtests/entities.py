@@ -34,6 +34,7 @@ import numpy as np
 
 from feast_access import EVENT_TIMESTAMP
 from loadtests.payloads import DEFAULT_VOCABULARY
+from serving_contract import ServingContract
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -135,34 +136,27 @@ class ServingFacts:
     request_fields: tuple[tuple[str, str], ...]  # (name, dtype)
 
 
-def _names(value: Any) -> tuple[str, ...]:
-    text = str(value or "").strip()
-    if text.startswith("["):
-        return tuple(str(v) for v in json.loads(text))
-    return tuple(v.strip() for v in text.split(",") if v.strip())
-
-
 def serving_facts(repo: Path, model: str, version: str = "") -> ServingFacts | None:
-    """The model's Feast facts from its exported metadata.json (run tags ``feast.*``, columns
-    ``serving.columns``); None when the repository does not hold the model or it has none."""
+    """The model's Feast facts from its exported metadata.json, read through serving_contract
+    (the run's ``feast.*`` tags, the columns' dtypes); None when the repository does not hold the
+    model or it has none. The contract is read as a client that only sends rows reads it: the
+    gateway is the one to refuse a model it cannot serve."""
     model_dir = repo / model
     versions = sorted(int(p.name) for p in model_dir.glob("*") if p.is_dir() and p.name.isdigit())
     if not versions:
         return None
     path = model_dir / (version or str(versions[-1])) / "metadata.json"
     try:
-        metadata = json.loads(path.read_text())
-    except (OSError, ValueError):
+        contract = ServingContract.from_metadata(json.loads(path.read_text()), check=False)
+    except (OSError, ValueError):  # ContractError is a ValueError
         return None
-    tags = metadata.get("tags") or {}
-    if not tags.get("feast.feature_service"):
+    if not contract.feature_service:
         return None
-    dtypes = {c["name"]: c["dtype"] for c in (metadata.get("serving") or {}).get("columns") or []}
-    fields = _names(tags.get("feast.request_fields"))
+    dtypes = {c.name: c.dtype for c in contract.columns or ()}
     return ServingFacts(
-        str(tags["feast.feature_service"]),
-        _names(tags.get("feast.entity_keys")),
-        tuple((f, dtypes.get(f, "float32")) for f in fields),
+        contract.feature_service,
+        contract.entity_keys,
+        tuple((f, dtypes.get(f, "float32")) for f in contract.request_fields),
     )
 
 

@@ -66,6 +66,9 @@ FEATURE_SERVICE: Final = "feast.feature_service"
 ENTITY_KEYS: Final = "feast.entity_keys"
 REQUEST_FIELDS: Final = "feast.request_fields"
 FEAST_KEYS: Final = (FEATURE_SERVICE, ENTITY_KEYS, REQUEST_FIELDS)
+# The service's features in training order (JSON), as the demo's training logs them; copied
+# with the others, read by no client.
+FEATURES: Final = "feast.features"
 
 # Config parameters that describe one exported version rather than the model's contract: the
 # export that wrote the config (``builder validate`` compares it with the version's

@@ -21,6 +21,8 @@ from typing import Any
 
 import pandas as pd
 
+from serving_contract import keys
+
 REQUEST_FIELDS = ["amount", "hour", "channel"]  # sent by the caller with each request
 STRING_REQUEST_FIELDS = ["channel"]
 # The oldest share of the rows is fitted on, the rest tests it (a time-ordered split).
@@ -144,10 +146,10 @@ def train_and_register(
     with mlflow.start_run(experiment_id=experiment_id, run_name=f"{name}-gbm") as run:
         mlflow.set_tags(
             {
-                "feast.feature_service": SERVICE,
-                "feast.entity_keys": ",".join(ENTITY_KEYS),
-                "feast.request_fields": ",".join(REQUEST_FIELDS),
-                "feast.features": json.dumps(features),
+                keys.FEATURE_SERVICE: SERVICE,
+                keys.ENTITY_KEYS: ",".join(ENTITY_KEYS),
+                keys.REQUEST_FIELDS: ",".join(REQUEST_FIELDS),
+                keys.FEATURES: json.dumps(features),
             }
         )
         mlflow.log_params(

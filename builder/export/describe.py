@@ -2,18 +2,20 @@
 with ``--ensemble``, the ensemble's models beside it (builder/ensemble/artifacts.py, from the
 plan made before conversion), whose drift record is decided here.
 
-The serving contract (docs/serving-contract.md) is written here, once, into both the config's
-``parameters`` (for clients that only see Triton) and ``metadata.json`` (for tools that read
-the repository): input layout and columns, model kind, classes, output roles; and the drift
-reference beside it (docs/drift.md).
+The serving contract (docs/serving-contract.md) is decided here, once, and written through
+``serving_contract`` into both the config's ``parameters`` (for clients that only see Triton)
+and ``metadata.json`` (for tools that read the repository): input layout and columns, model
+kind, classes, output roles, the run's ``feast.*`` tags; and the drift reference beside it
+(docs/drift.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import onnx
@@ -27,6 +29,7 @@ from builder.registry.signature import ModelInputs
 from builder.repository.triton_config import onnx_model_config
 from builder.repository.write import ModelArtifact
 from builder.tensors import TensorSpec, graph_tensors
+from serving_contract import Column, Dtype, Layout, ServingContract, feast_tags, keys
 
 if TYPE_CHECKING:
     from builder.export.context import ExportContext, ExportRequest
@@ -58,37 +61,22 @@ def decision_threshold(model: RegistryModel, kind: ModelKind) -> float | None:
     return value
 
 
-def serving_facts(
+def serving_contract(
     model: RegistryModel, inputs: ModelInputs, kind: ModelKind, graph: onnx.ModelProto
-) -> dict[str, Any]:
-    """The serving contract as JSON values (metadata.json's ``serving``)."""
-    facts: dict[str, Any] = {"layout": inputs.layout}
-    if inputs.tabular:
-        facts["columns"] = [c.to_dict() for c in inputs.columns]
-        facts["feature_names"] = list(inputs.feature_names or ())
-    facts.update(kind.to_dict())
-    if kind.classes is None:
-        facts.pop("classes")
-    threshold = decision_threshold(model, kind)
-    if threshold is not None:
-        facts["decision_threshold"] = threshold
-    if uses_string_ops(graph):
-        facts["string_ops"] = True
-    return facts
-
-
-def serving_parameters(model: RegistryModel, facts: dict[str, Any]) -> dict[str, str]:
-    """Config parameters a client (the gateway) builds requests from: the serving facts and
-    the run's ``feast.*`` tags (feature service, entity keys, request-time fields)."""
-    params = {k: v for k, v in sorted(model.run_tags.items()) if k.startswith("feast.")}
-    for key, value in facts.items():
-        if isinstance(value, str):
-            params[f"serving.{key}"] = value
-        elif isinstance(value, bool):
-            params[f"serving.{key}"] = "true" if value else "false"
-        else:
-            params[f"serving.{key}"] = json.dumps(value)
-    return params
+) -> ServingContract:
+    """The serving contract of the exported model: its inputs' layout and columns, what its kind
+    answers, the run's decision threshold and ``feast.*`` tags (feature service, entity keys,
+    request-time fields), and whether the graph needs a UTF-8 locale."""
+    tabular = inputs.tabular
+    return dataclasses.replace(
+        kind.contract(),
+        layout=cast(Layout, inputs.layout),
+        columns=tuple(Column(c.name, cast(Dtype, c.dtype)) for c in inputs.columns) if tabular else None,
+        feature_names=tuple(inputs.feature_names or ()) if tabular else None,
+        decision_threshold=decision_threshold(model, kind),
+        string_ops=uses_string_ops(graph),
+        feast=feast_tags(model.run_tags),
+    )
 
 
 def warmup_bytes(tensor: TensorSpec, row: np.ndarray) -> bytes:
@@ -156,12 +144,12 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
         raise UsageError(
             f"{model.ref} has tensors without a variable batch dimension; export with --max-batch-size 0"
         )
-    facts = serving_facts(model, inputs, ctx.kind, graph)
-    params = serving_parameters(model, facts)
+    contract = serving_contract(model, inputs, ctx.kind, graph)
+    params = contract.to_parameters()
     drift = ctx.drift
     reference = drift.parameter()
     if reference is not None:  # the gateway reads it from Triton with the serving contract
-        params["drift.reference"] = reference
+        params[keys.DRIFT_REFERENCE] = reference
     # Warm-up sends the first parity row (the input example's, when there is one).
     first = ctx.feeds.head(1)
     warmup = {f"warmup/{t.name}": warmup_bytes(t, first[t.name]) for t in inputs.tensors}
@@ -190,16 +178,17 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
             "outputs": [t.to_dict() for t in outputs],
             "feature_names": list(inputs.feature_names) if inputs.feature_names else None,
         },
-        "serving": facts,
+        **contract.to_metadata(),
         "input_example_sha256": example_digest(ctx.example) if ctx.example is not None else None,
         "parity": ctx.parity.to_dict(),
         "drift": drift.to_metadata(),
         "onnx": {"opset": opset_of(graph), "sha256": hashlib.sha256(onnx_bytes).hexdigest()},
-        # Run and version tags carry what serving needs to know from training, e.g. the Feast
-        # feature service and ordered feature list; MLflow's own bookkeeping tags are left out.
-        "tags": {
-            k: v for k, v in {**model.run_tags, **model.version_tags}.items() if not k.startswith("mlflow.")
-        },
+    }
+    # Run and version tags carry what serving needs to know from training, e.g. the Feast
+    # feature service and ordered feature list (the contract's feast.* tags, the run's);
+    # MLflow's own bookkeeping tags are left out.
+    metadata[keys.TAGS] = {
+        k: v for k, v in {**model.run_tags, **model.version_tags}.items() if not k.startswith("mlflow.")
     }
     artifacts = [
         ModelArtifact(
@@ -227,9 +216,9 @@ def _ensemble(
     assert plan is not None  # only asked with --ensemble
     spec = plan.spec
     ens_drift = ensemble_drift(drift, spec.preprocess if spec is not None else {}, bool(plan.serving_steps))
-    ens_params = {k: v for k, v in params.items() if k != "drift.reference"}
+    ens_params = {k: v for k, v in params.items() if k != keys.DRIFT_REFERENCE}
     if ens_drift.parameter() is not None:
-        ens_params["drift.reference"] = str(ens_drift.parameter())
+        ens_params[keys.DRIFT_REFERENCE] = str(ens_drift.parameter())
     model = WrappedModel(
         ctx.name,
         ctx.inputs.tensors,

@@ -25,19 +25,14 @@ from google.protobuf import text_format
 
 from builder.errors import RepositoryError, UsageError
 from builder.repository.triton_config import ModelConfig, parse_pbtxt
-from builder.repository.write import (
-    EXPORT_PARAMETER,
-    IDENTITY_PARAMETER,
-    ModelArtifact,
-    loaded_versions,
-    model_versions,
-)
+from builder.repository.write import ModelArtifact, loaded_versions, model_versions
+from serving_contract import keys
 
-CHAMPION_PARAMETER = "serving.champion_version"
-DRIFT_PARAMETER = "drift.reference"
+CHAMPION_PARAMETER = keys.CHAMPION_VERSION
+DRIFT_PARAMETER = keys.DRIFT_REFERENCE
 # Parameters that may differ between the champion's config and the challenger's: which export
 # wrote it, the drift reference (the champion's is kept) and the champion itself.
-NOT_CONTRACT = frozenset({IDENTITY_PARAMETER, EXPORT_PARAMETER, DRIFT_PARAMETER, CHAMPION_PARAMETER})
+NOT_CONTRACT = keys.VERSION_PARAMETERS
 
 
 @dataclasses.dataclass(frozen=True)

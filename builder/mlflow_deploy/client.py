@@ -36,6 +36,7 @@ from builder.mlflow_deploy.target import (
 )
 from builder.mlflow_deploy.triton import Triton
 from builder.repository.names import validate_model_name
+from serving_contract import serving_parameters
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -146,7 +147,7 @@ class TritonStackDeploymentClient(BaseDeploymentClient):
             deployment = {**found[0], "repo": str(target.repo), "triton_url": f"http://{triton.url}"}
             if triton.ready(name):
                 params = payload.parameters(triton.config(name))
-                deployment["serving"] = {k: v for k, v in params.items() if k.startswith("serving.")}
+                deployment["serving"] = serving_parameters(params)
             return deployment
 
     @refusals_as_mlflow

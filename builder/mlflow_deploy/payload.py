@@ -6,15 +6,14 @@ Inputs: a pandas DataFrame, a numpy array, or MLflow's serving format as a dict
 (``dataframe_split``, ``dataframe_records``, ``inputs``, ``instances``). The ``mlflow
 deployments predict`` CLI reads its ``--input-path`` with ``pd.read_json``, which turns such a
 dict into a one-column frame; that frame is read back as the dict it was. The contract is the
-config parameters Triton serves (``serving.layout``, ``serving.columns``), so no file of the
-repository is read: ``matrix`` → one FP32 tensor, columns in signature order; ``columns`` → one
-``[N, 1]`` tensor per column of its served dtype; otherwise (``tensors``, an ensemble) the
-config's inputs by name (a lone input takes the whole frame or array).
+config parameters Triton serves (its layout and columns, read through ``serving_contract``), so
+no file of the repository is read: ``matrix`` → one FP32 tensor, columns in signature order;
+``columns`` → one ``[N, 1]`` tensor per column of its served dtype; otherwise (``tensors``, an
+ensemble) the config's inputs by name (a lone input takes the whole frame or array).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from builder.mlflow_deploy.errors import PredictionError
+from serving_contract import ContractError, ServingContract
 
 SERVING_KEYS = ("dataframe_split", "dataframe_records", "inputs", "instances")
 _TRITON_TO_NUMPY = {
@@ -76,20 +76,26 @@ def as_data(inputs: Any) -> pd.DataFrame | np.ndarray:
         raise PredictionError(f"{key} is not readable as rows: {exc}", hint=_HINT) from None
 
 
+def served_contract(config: dict[str, Any]) -> ServingContract:
+    """The deployment's serving contract, read as a client that only sends rows reads it: its
+    facts decoded, not checked for reading predictions by role (the gateway's refusals)."""
+    try:
+        return ServingContract.from_parameters(parameters(config), check=False)
+    except ContractError as exc:
+        raise PredictionError(f"the deployment's serving contract is unreadable: {exc}") from None
+
+
 def triton_inputs(data: pd.DataFrame | np.ndarray, config: dict[str, Any]) -> dict[str, np.ndarray]:
     """Triton's input tensors for ``data`` under the served model's contract."""
-    params = parameters(config)
-    layout = params.get("serving.layout", "")
-    columns = json.loads(params.get("serving.columns", "[]") or "[]")
-    if layout in ("matrix", "columns") and columns:
-        names = [c["name"] for c in columns]
+    contract = served_contract(config)
+    columns = contract.columns if contract.layout in ("matrix", "columns") else None
+    if columns:
+        names = [c.name for c in columns]
         frame = _frame(data, names)
-        if layout == "matrix":
+        if contract.layout == "matrix":
             return {config["input"][0]["name"]: _cast(frame[names].to_numpy(), "float32", "input")}
         return {
-            c["name"]: _cast(
-                frame[[c["name"]]].to_numpy(), _SERVED_TO_NUMPY.get(c["dtype"], "float32"), c["name"]
-            )
+            c.name: _cast(frame[[c.name]].to_numpy(), _SERVED_TO_NUMPY.get(c.dtype, "float32"), c.name)
             for c in columns
         }
     specs = config.get("input") or []

@@ -52,6 +52,7 @@ from google.protobuf import text_format
 from builder.errors import RepositoryError
 from builder.repository.names import validate_model_name
 from builder.repository.triton_config import ModelConfig, parse_pbtxt, to_pbtxt
+from serving_contract import keys
 
 METADATA_FILE = "metadata.json"
 STAGING_PREFIX = ".staging-"
@@ -184,8 +185,8 @@ def write_models(
 FAULT_ENV = "BUILDER_FAULT_AT"
 # The parameters every exported config carries: which export wrote it (``builder validate``
 # compares it with the served version's metadata.json).
-IDENTITY_PARAMETER = "builder.export_identity"
-EXPORT_PARAMETER = "builder.export"
+IDENTITY_PARAMETER = keys.EXPORT_IDENTITY
+EXPORT_PARAMETER = keys.EXPORT_LABEL
 # atomic_write's temp files: ``.<name>.<8 random characters>`` beside the target (mkstemp).
 _TEMP_FILE = re.compile(r"^\.(?P<target>.+)\.[a-z0-9_]{8}$")
 

@@ -22,12 +22,13 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
-from gateway.catalog import Column, ModelSpec, OutputRoles
+from gateway.catalog import ModelSpec, OutputRoles
 from gateway.drift.counts import categorical_bins, categorical_lookup, numeric_bins
 from gateway.drift.reference import Binned, Reference, ReferenceError, parse_reference
 from gateway.drift.stats import Drift, Thresholds, drift_of
 from gateway.payload_log.layout import LOG_TIMESTAMP, VERSION
 from gateway.payload_log.sink import PARTITION_KEY, open_filesystem
+from serving_contract import ContractError, ServingContract, keys
 
 # the log column of the reference's prediction, by its name (gateway/drift/reference.py prediction_of)
 PREDICTION_COLUMNS = {"score": "__score", "label": "__label", "value": "__value"}
@@ -122,7 +123,7 @@ def read_reference(repo: Path, model: str, version: str) -> tuple[dict[str, Any]
             metadata = json.loads(path.read_text())
         except (OSError, ValueError) as exc:
             return None, f"{path} cannot be read ({exc})"
-        serving = serving or metadata.get("serving")
+        serving = serving or metadata.get(keys.SERVING)
         if found is None:
             drift = metadata.get("drift") or {}
             if not drift.get("reference"):
@@ -133,15 +134,15 @@ def read_reference(repo: Path, model: str, version: str) -> tuple[dict[str, Any]
         return None, f"no {repo / model / version / 'metadata.json'}"
     for folder in folders:
         serving = serving or config_serving(repo / folder / "config.pbtxt")
-    if not found.get("serving") and serving:
-        found = {**found, "serving": serving}
+    if not found.get(keys.SERVING) and serving:
+        found = {**found, keys.SERVING: serving}
     return found, ""
 
 
 def config_serving(path: Path) -> dict[str, Any] | None:
-    """The serving facts a Triton config's ``serving.*`` parameters hold (the export writes each
-    one as text: a string as is, anything else as JSON); None without a readable config or
-    columns in it. The config is shared by a model's versions: the latest export's facts."""
+    """The serving facts (metadata.json's form) a Triton config's parameters hold; None without a
+    readable config or columns in it. The config is shared by a model's versions: the latest
+    export's facts."""
     from google.protobuf import text_format
     from tritonclient.grpc.model_config_pb2 import ModelConfig
 
@@ -149,36 +150,30 @@ def config_serving(path: Path) -> dict[str, Any] | None:
         config = text_format.Parse(path.read_text(), ModelConfig())
     except (OSError, text_format.ParseError):
         return None
-    facts: dict[str, Any] = {}
-    for key, parameter in config.parameters.items():
-        if not key.startswith("serving."):
-            continue
-        text = parameter.string_value
-        try:
-            facts[key.removeprefix("serving.")] = json.loads(text)
-        except ValueError:
-            facts[key.removeprefix("serving.")] = text
-    return facts if facts.get("columns") else None
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    try:
+        contract = ServingContract.from_parameters(params, check=False)
+    except ContractError:
+        return None
+    return contract.facts() if contract.columns else None
 
 
 def _spec(model: str, version: str, serving: dict[str, Any]) -> ModelSpec:
     """What parse_reference checks a reference against, from metadata.json's ``serving``."""
-    columns = tuple(Column(c["name"], c["dtype"]) for c in serving.get("columns") or [])
-    kind = serving.get("kind", "binary")
-    classes = tuple(serving["classes"]) if serving.get("classes") else None
+    contract = ServingContract.from_metadata({keys.SERVING: serving}, check=False)
     # the roles and targets decide which prediction the reference holds (binary without
     # probabilities: the label; several targets: none)
     # (metadata without outputs predates issue 19: a classifier then always had probabilities)
-    outputs = serving.get("outputs")
-    if not isinstance(outputs, dict):
-        outputs = {"label": "label", "probabilities": "probabilities"}
-    roles = OutputRoles(**{r: outputs.get(r) for r in ("label", "probabilities", "scores", "value", "score")})
-    targets = serving.get("targets", 1)
+    roles = (
+        contract.roles
+        if keys.OUTPUTS in serving
+        else OutputRoles(label="label", probabilities="probabilities")
+    )
     return ModelSpec(
-        name=model, triton_model=model, version=version, layout=serving.get("layout", "matrix"),
-        input_name="", columns=columns, feature_service="", entity_keys=(), request_fields=(),
-        kind=kind, classes=classes, roles=roles, outputs=(), legacy="kind" not in serving,
-        targets=targets if isinstance(targets, int) else 1,
+        name=model, triton_model=model, version=version, layout=contract.layout,  # type: ignore[arg-type]
+        input_name="", columns=contract.columns or (), feature_service="", entity_keys=(), request_fields=(),
+        kind=contract.kind or "binary", classes=contract.classes, roles=roles, outputs=(),
+        legacy=contract.legacy, targets=contract.targets or 1,
     )  # fmt: skip
 
 
@@ -224,15 +219,15 @@ def _version(
 ) -> VersionReport:
     metadata, why = read_reference(repo, model, version) if repo else (None, "no --repo given")
     reference = None
-    serving: dict[str, Any] = (metadata or {}).get("serving") or {}
+    serving: dict[str, Any] = (metadata or {}).get(keys.SERVING) or {}
+    dtypes: dict[str, str] = {}
     if metadata is not None:
         try:
-            reference = parse_reference(
-                json.dumps(metadata["drift"]["reference"]), _spec(model, version, serving)
-            )
-        except ReferenceError as exc:
+            spec = _spec(model, version, serving)
+            dtypes = dict(spec.dtypes)
+            reference = parse_reference(json.dumps(metadata["drift"]["reference"]), spec)
+        except (ReferenceError, ContractError) as exc:
             why = f"its reference is unusable: {exc}"
-    dtypes = {c["name"]: c["dtype"] for c in serving.get("columns") or []}
     features: list[FeatureReport] = []
     if reference is not None:
         for binned in reference.binned:

@@ -59,7 +59,7 @@ class Contract:
 
     @classmethod
     def of_serving(cls, serving: Mapping[str, Any]) -> Contract:
-        """``metadata.json``'s ``serving`` facts (builder/export/describe.py ``serving_facts``)."""
+        """``metadata.json``'s ``serving`` facts (serving_contract's ``ServingContract.facts``)."""
         kind = serving.get("kind", "binary")
         raw = serving.get("classes")
         classes = tuple(raw) if isinstance(raw, list) else ((0, 1) if kind == "binary" else None)

@@ -33,7 +33,8 @@ PROJECT_LOCK = REPO / "requirements" / "project.lock"
 CHART = REPO / "helm" / "triton-stack" / "Chart.yaml"
 VALUES = REPO / "helm" / "triton-stack" / "values.yaml"
 
-# What the gateway, feast_access and feature_repo import, with the extras they use.
+# What the gateway, feast_access and feature_repo import, with the extras they use (the
+# serving contract imports the standard library only).
 GATEWAY_ROOTS = [
     "feast[redis]",
     "fastapi",
@@ -265,7 +266,7 @@ owners = metadata.packages_distributions()
 hidden = {
     top for top, dists in owners.items()
     if not {canonicalize_name(d) for d in dists} & locked
-    and top not in ("gateway", "feast_access", "feature_repo")
+    and top not in ("gateway", "serving_contract", "feast_access", "feature_repo")
 }
 
 class NotInImage(importlib.abc.MetaPathFinder):
@@ -275,8 +276,8 @@ class NotInImage(importlib.abc.MetaPathFinder):
         return None
 
 sys.meta_path.insert(0, NotInImage())
-import feast_access, feature_repo, gateway
-for pkg in (gateway, feast_access, feature_repo):
+import feast_access, feature_repo, gateway, serving_contract
+for pkg in (gateway, serving_contract, feast_access, feature_repo):
     for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
         if not m.name.endswith("__main__"):
             importlib.import_module(m.name)

@@ -6,8 +6,8 @@ as a ConversionError."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import onnx
@@ -19,7 +19,6 @@ from onnx import TensorProto, helper
 from builder.convert.base import GraphError, normalize_outputs, select_column
 from builder.convert.sklearn import SklearnConverter
 from builder.errors import ConversionError
-from builder.export.describe import serving_parameters
 from builder.export.drift_reference import no_prediction_reason, prediction_stats
 from builder.kinds import ModelKind, with_targets
 from builder.parity.compare import GraphSession
@@ -38,26 +37,28 @@ def _declared(model: onnx.ModelProto, name: str) -> list[int | str]:
 
 
 def test_each_kind_records_its_outputs_and_facts() -> None:
-    outlier = ModelKind.outlier().to_dict()
+    outlier = ModelKind.outlier().contract().facts()
     assert outlier == {
+        "layout": "matrix",  # the export sets the inputs' own
         "kind": "outlier",
-        "classes": None,
         "outputs": {"label": "label", "score": "score"},
         "score": {"source": "decision_function", "outlier_below": 0.0},
     }
-    label_only = ModelKind.classifier([0, 1], probabilities=False).to_dict()
-    assert label_only["outputs"] == {"label": "label", "scores": "scores"} and label_only["kind"] == "binary"
+    label_only = ModelKind.classifier([0, 1], probabilities=False).contract()
+    assert label_only.outputs == {"label": "label", "scores": "scores"} and label_only.kind == "binary"
     assert ModelKind.classifier(["a", "b", "c"]).outputs == {
         "label": "label",
         "probabilities": "probabilities",
     }
-    assert ModelKind.regressor(targets=3).to_dict()["targets"] == 3
-    assert "targets" not in ModelKind.regressor().to_dict()
+    assert ModelKind.regressor(targets=3).contract().targets == 3
+    assert ModelKind.regressor().contract().targets is None  # one target: no serving.targets
+    assert ModelKind.cluster(4).contract().clusters == 4
+    assert ModelKind.cluster(None).contract().clusters is None  # not known: no serving.clusters
 
 
 def test_the_facts_become_config_parameters_as_json() -> None:
-    model = SimpleNamespace(run_tags={})
-    params = serving_parameters(model, {**ModelKind.outlier().to_dict(), "targets": 2})  # type: ignore[arg-type]
+    contract = dataclasses.replace(ModelKind.outlier().contract(), targets=2)
+    params = contract.to_parameters()
     assert params["serving.kind"] == "outlier"
     assert json.loads(params["serving.score"]) == {"source": "decision_function", "outlier_below": 0.0}
     assert params["serving.targets"] == "2"
