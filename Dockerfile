@@ -9,14 +9,29 @@
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+# uv installs the locks (as `make venv` does), trusting the CA bundle pip's settings name (a
+# TLS-inspecting proxy's: `make image-check` mounts them); INSTALLER=pip uses pip, for a build
+# whose index only pip's settings reach (uv does not read pip.conf's indexes).
+ARG INSTALLER=uv
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python -m venv /opt/venv
 WORKDIR /src
-COPY requirements/gateway.lock requirements/gateway.lock
+COPY requirements/bootstrap.lock requirements/gateway.lock requirements/
+# Build tools in a venv of their own that the final stage leaves behind: bootstrap.lock's pip,
+# setuptools (the project's build backend) and uv, hashed like every lock.
+RUN python -m venv /opt/tools \
+ && /opt/tools/bin/pip install --no-cache-dir --require-hashes -r requirements/bootstrap.lock \
+ && python -m venv /opt/venv
 # --require-hashes + --no-deps + pip check: exactly the locked bytes (every pin carries the sha256
 # of its files), and the build fails if a requirement is missing from the lock.
-RUN /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps --only-binary=:all: \
-      -r requirements/gateway.lock \
+RUN if [ "$INSTALLER" = pip ]; then \
+      /opt/venv/bin/pip install --no-cache-dir --require-hashes --no-deps --only-binary=:all: \
+        -r requirements/gateway.lock; \
+    else \
+      cert="$(/opt/tools/bin/pip config get global.cert 2>/dev/null || true)"; \
+      ${cert:+env SSL_CERT_FILE="$cert"} /opt/tools/bin/uv pip install --no-cache \
+        --python /opt/venv/bin/python --compile-bytecode --require-hashes --no-deps \
+        --only-binary :all: -r requirements/gateway.lock; \
+    fi \
  && /opt/venv/bin/pip check
 COPY pyproject.toml README.md ./
 COPY gateway gateway
@@ -24,12 +39,12 @@ COPY serving_contract serving_contract
 COPY feast_access feast_access
 COPY feature_repo feature_repo
 # The project itself (the `gateway` command, the serving contract it reads, feast_access, the
-# demo's feature_repo); only those four packages are in the context.
-# The build backend is pinned through a constraint and lives only in pip's isolated build env.
+# demo's feature_repo); only those four packages are in the context. Its wheel is built with the
+# tools venv's hashed setuptools (no isolated build env fetching an unpinned one).
 # No second `pip check`: the project's metadata names the whole stack (mlflow, onnx, locust...),
 # which the image leaves out on purpose; `gateway --help` proves the command imports instead.
-RUN echo "setuptools==80.9.0" > /tmp/build-constraints.txt \
- && PIP_CONSTRAINT=/tmp/build-constraints.txt /opt/venv/bin/pip install --no-cache-dir --no-deps . \
+RUN /opt/tools/bin/pip wheel --no-cache-dir --no-deps --no-build-isolation -w /tmp/wheel . \
+ && /opt/venv/bin/pip install --no-cache-dir --no-deps /tmp/wheel/*.whl \
  && /opt/venv/bin/gateway --help > /dev/null
 
 FROM ${PYTHON_IMAGE}
