@@ -31,6 +31,10 @@ def converter_for(flavor: str, *, output_names: list[str] | None = None) -> Flav
         from builder.convert.pytorch import PyTorchConverter
 
         return PyTorchConverter(output_names)
+    if flavor in ("keras", "tensorflow"):
+        from builder.convert.keras import KerasConverter
+
+        return KerasConverter(flavor, output_names)
     if flavor == "onnx":
         from builder.convert.onnx_flavor import OnnxConverter
 

@@ -15,6 +15,7 @@ reported as the builder's, before any converter runs on them.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from pathlib import Path
 from typing import Any
@@ -23,20 +24,21 @@ import numpy as np
 import onnx
 
 from builder.convert.base import FlavorConverter
+from builder.convert.ids import EmbeddingTables, check_generated_ids, id_vocabulary, ids_below, is_integer
 from builder.errors import ConversionError, first_line
 from builder.parity.rows import Feeds
 from builder.registry.signature import ModelInputs
-from builder.tensors import TensorSpec
 
 MIN_OPSET = 18  # the dynamo exporter's lowest
 # What a pt2 program's graph calls for nn.Embedding / nn.EmbeddingBag / F.embedding (the weight
 # is each op's first argument, its rows the ids it takes).
 EMBEDDING_OPS = ("embedding", "embedding_bag", "_embedding_bag", "_embedding_bag_forward_only")
-EXAMPLE_HINT = (
-    "log the model with an input example of values it accepts: input_example= in "
+TABLES = EmbeddingTables(
+    layer="nn.Embedding",
+    example_hint="log the model with an input example of values it accepts: input_example= in "
     "mlflow.pytorch.log_model (a numpy array for one input; for several, a dict of numpy arrays "
     'by input name with serialization_format="pickle": MLflow saves no torch tensor, tuple or '
-    "list as the example)"
+    "list as the example)",
 )
 
 
@@ -56,48 +58,15 @@ class PyTorchConverter(FlavorConverter):
         return module
 
     def vocabulary(self, native: Any, inputs: ModelInputs) -> dict[str, tuple[Any, ...]]:
-        """Every integer input draws its parity rows from ``0 .. n-1``, ``n`` the smallest
-        embedding table's rows: an id any of the model's embeddings accepts. Nothing when the
-        model has no embedding (its integer inputs then follow the example, or 0..9)."""
-        bound = embedding_rows(native)
-        if bound is None:
-            return {}
-        return {t.name: _ids(bound) for t in inputs.tensors if _integer(t)}
+        """Every integer input draws its parity rows below the smallest embedding table's rows
+        (builder/convert/ids.py)."""
+        return id_vocabulary(embedding_rows(native), inputs)
 
     def check_generated(self, native: Any, feeds: Feeds, inputs: ModelInputs) -> None:
-        """Run the native model on the generated rows when the model takes integers: a refusal
-        there (an id past a table the builder could not see) is the builder's rows' fault, said
-        so before ONNX Runtime or the converter see those rows and seem to fail."""
-        integers = [t for t in inputs.tensors if _integer(t)]
-        generated = feeds.generated()
-        if not integers or not len(next(iter(generated.values()))):
-            return
-        try:
-            self.predict(native, generated, inputs)
-        except Exception as exc:  # IndexError, RuntimeError: whatever the module raises
-            drawn = ", ".join(
-                f"{t.name!r} {int(generated[t.name].min())}..{int(generated[t.name].max())}" for t in integers
-            )
-            bound = embedding_rows(native)
-            if bound is not None:
-                why = f"below its smallest embedding's {bound} rows"
-            elif feeds.example_rows:
-                why = "within the input example's range; the model has no nn.Embedding that says more"
-            else:
-                why = (
-                    "without an input example, and with no nn.Embedding in the model, the builder "
-                    "cannot know which integers it accepts"
-                )
-            hint = EXAMPLE_HINT
-            if feeds.example_rows:
-                hint = "check parity on the input example alone (--parity-rows 0), or " + hint
-            which = "integer input" if len(integers) == 1 else "integer inputs"
-            raise ConversionError(
-                f"the builder's generated parity rows are outside what the model accepts ({which} "
-                f"{drawn}: {why}); the native model raised {type(exc).__name__}: "
-                f"{first_line(exc, 200)}",
-                hint=hint,
-            ) from exc
+        """The native module refusing the builder's generated ids is the builder's fault, said
+        so before the converter sees them (builder/convert/ids.py)."""
+        predict = functools.partial(self.predict, native, inputs=inputs)
+        check_generated_ids(predict, feeds, inputs, embedding_rows(native), TABLES)
 
     def to_onnx(self, native: Any, inputs: ModelInputs, opset: int) -> onnx.ModelProto:
         import torch
@@ -107,7 +76,8 @@ class PyTorchConverter(FlavorConverter):
         bound = embedding_rows(native)
         rng = np.random.default_rng(0)
         examples = tuple(
-            torch.from_numpy(t.sample(4, rng, _ids(bound) if _integer(t) else ())) for t in inputs.tensors
+            torch.from_numpy(t.sample(4, rng, ids_below(bound) if is_integer(t) else ()))
+            for t in inputs.tensors
         )
         batch = torch.export.Dim("batch")
         dynamic = tuple({0: batch} for _ in names)
@@ -181,12 +151,3 @@ def _attribute(module: Any, dotted: str) -> Any:
     for part in dotted.split("."):
         module = getattr(module, part, None)
     return module
-
-
-def _integer(tensor: TensorSpec) -> bool:
-    return tensor.dtype.startswith(("int", "uint"))
-
-
-def _ids(bound: int | None) -> tuple[int, ...]:
-    """Ids an embedding of ``bound`` rows takes (none known: the tensors' own 0..9)."""
-    return tuple(range(bound)) if bound is not None else ()

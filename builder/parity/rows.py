@@ -13,8 +13,8 @@ DataFrame columns; any other tensor as a whole), so that generated rows look lik
 data (``_draw``):
 
 1. a column the model knows categories for (``vocabulary``: a LightGBM categorical feature, a
-   scikit-learn encoder's integer categories, a PyTorch module's ids below its smallest
-   embedding's rows) draws from those categories;
+   scikit-learn encoder's integer categories, a PyTorch module's or Keras model's ids below
+   its smallest embedding's rows) draws from those categories;
 2. a column whose example values are all integers (an int dtype, or floats like ``3.0``) draws
    integers within the example's [min, max];
 3. any other float column draws uniformly within the example's [min, max] (a constant column:

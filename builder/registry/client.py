@@ -22,7 +22,7 @@ from builder.registry.uri import ModelURI
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 # Flavors the builder converts, most specific first: an XGBoost model is also a pyfunc.
-SUPPORTED_FLAVORS = ("onnx", "pytorch", "xgboost", "lightgbm", "catboost", "sklearn")
+SUPPORTED_FLAVORS = ("onnx", "pytorch", "keras", "tensorflow", "xgboost", "lightgbm", "catboost", "sklearn")
 
 
 @dataclass(frozen=True)

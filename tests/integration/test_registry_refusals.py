@@ -1,6 +1,6 @@
 """Registry refusals that never mislead: a missing SQLite registry is reported, not created; an
-unknown model's hint names a command that exists; a Keras/TensorFlow model is refused naming
-the flavors the builder converts. Through the real CLI."""
+unknown model's hint names a command that exists; a flavor the builder does not convert (H2O) is
+refused naming those it does. Through the real CLI."""
 
 from __future__ import annotations
 
@@ -72,30 +72,29 @@ def test_unknown_model_hint_names_a_real_command(mlflow_registry: str, tmp_path:
     assert ui.returncode == 0 and "--backend-store-uri" in ui.stdout
 
 
-def test_keras_flavor_is_a_clear_refusal(mlflow_registry: str, tmp_path: Path):
-    """An MLmodel that lists only a ``keras`` flavor (what mlflow.tensorflow/keras log, less the
-    TensorFlow the builder does not install) is refused naming the supported flavors."""
+def test_an_unsupported_flavor_is_a_clear_refusal(mlflow_registry: str, tmp_path: Path):
+    """An MLmodel that lists only an ``h2o`` flavor (what mlflow.h2o logs) is refused naming the
+    supported flavors, before anything is loaded."""
     import mlflow
 
-    model_dir = tmp_path / "keras_model"
+    model_dir = tmp_path / "h2o_model"
     model_dir.mkdir()
     (model_dir / "MLmodel").write_text(
         "artifact_path: model\n"
         "flavors:\n"
-        "  keras:\n"
-        "    keras_version: 3.15.1\n"
-        "    save_exported_model: false\n"
-        "    data: data\n"
+        "  h2o:\n"
+        "    h2o_version: 3.46.0.7\n"
+        "    data: model.h2o\n"
         "mlflow_version: 3.17.2\n"
     )
     with mlflow.start_run() as run:
         mlflow.log_artifacts(str(model_dir), artifact_path="model")
     result = builder(
-        "export", f"runs:/{run.info.run_id}/model", "--name", "keras", "--repo", str(tmp_path / "r")
+        "export", f"runs:/{run.info.run_id}/model", "--name", "h2o", "--repo", str(tmp_path / "r")
     )
     assert result.returncode == ConversionError.exit_code, result.stderr
     error, hint = _error_and_hint(result.stderr)
-    assert "has flavor(s) keras" in error
-    assert "onnx, pytorch, xgboost, lightgbm, catboost, sklearn" in error
+    assert "has flavor(s) h2o" in error
+    assert "onnx, pytorch, keras, tensorflow, xgboost, lightgbm, catboost, sklearn" in error
     assert "mlflow.onnx.log_model" in hint
     assert not (tmp_path / "r").exists()

@@ -13,6 +13,10 @@ Six tables:
 - ``ONNX models``: scikit-learn models converted by the user with skl2onnx (float32 rows, with
   and without its default ZipMap output) and logged with ``mlflow.onnx``, on the DataFrame
   and the numpy array.
+- ``Keras models``: small Keras 3 models (TensorFlow backend), when installed: a Sequential of
+  Dense layers on the numpy array (``mlflow.tensorflow`` and ``mlflow.keras``), and on the
+  integer-coded categories a functional model of two inputs (the numerics, and the codes into
+  an ``Embedding``) and a Sequential ``Embedding`` over the codes alone.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ CLUSTERERS = "clusterers"
 TRANSFORMERS = "transformers"
 BOOSTERS = "boosters"
 ONNX = "ONNX models (mlflow.onnx)"
-TABLES = (CLASSIFIERS, REGRESSORS, OUTLIERS, CLUSTERERS, TRANSFORMERS, BOOSTERS, ONNX)
+KERAS = "Keras models (mlflow.tensorflow, mlflow.keras)"
+TABLES = (CLASSIFIERS, REGRESSORS, OUTLIERS, CLUSTERERS, TRANSFORMERS, BOOSTERS, ONNX, KERAS)
 
 # A few of each family (linear, trees, bagged and boosted trees, SVM, neighbours, naive Bayes,
 # neural network), on every input shape: the other estimators of a family share its converter
@@ -542,7 +547,116 @@ def onnx_cases() -> list[Case]:
     return cases
 
 
+# ---- Keras models -------------------------------------------------------------------------------
+
+
+@dataclass
+class KerasFit:
+    """A Keras model as the matrix fits it: compiled, and fitted for 2 epochs on its inputs as
+    ``inputs`` makes them from the shape's features (a user's arrays, not a DataFrame)."""
+
+    model: Any
+    inputs: Callable[[Any], Any]
+
+    def fit(self, X: Any, y: Any) -> KerasFit:
+        self.model.compile(optimizer="adam", loss="binary_crossentropy")
+        self.model.fit(self.inputs(X), y, epochs=2, batch_size=32, verbose=0)
+        return self
+
+
+@dataclass(frozen=True)
+class KerasRow:
+    row: str
+    shape: str
+    flavor: str  # "tensorflow" or "keras": the mlflow module it is logged with
+    build: Callable[[], KerasFit]
+
+
+def _numbers(X: Any) -> Any:
+    return X  # the numpy shape's float64 array, as it is
+
+
+def _numerics_and_codes(X: Any) -> dict[str, Any]:
+    return {"numeric": X[data.NUMERIC].to_numpy(), "codes": X[data.CODES].to_numpy()}
+
+
+def _codes(X: Any) -> Any:
+    return X[data.CODES].to_numpy()
+
+
+def _dense() -> KerasFit:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    layers = [keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1, activation="sigmoid")]
+    return KerasFit(keras.Sequential([keras.Input((len(data.NUMERIC),)), *layers]), _numbers)
+
+
+def _two_inputs() -> KerasFit:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    numeric = keras.Input((len(data.NUMERIC),), name="numeric")
+    codes = keras.Input((len(data.CODES),), dtype="int64", name="codes")
+    embedded = keras.layers.Flatten()(keras.layers.Embedding(6, 3)(codes))
+    hidden = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()([numeric, embedded]))
+    out = keras.layers.Dense(1, activation="sigmoid")(hidden)
+    return KerasFit(keras.Model({"numeric": numeric, "codes": codes}, out), _numerics_and_codes)
+
+
+def _embedding() -> KerasFit:
+    import keras
+
+    keras.utils.set_random_seed(0)
+    ids = keras.Input((len(data.CODES),), dtype="int64")
+    head = keras.layers.Dense(1, activation="sigmoid")
+    layers = [keras.layers.Embedding(6, 3), keras.layers.Flatten(), head]
+    return KerasFit(keras.Sequential([ids, *layers]), _codes)
+
+
+KERAS_ROWS = (
+    KerasRow("Sequential(Dense, Dense) · mlflow.tensorflow", data.NUMPY, "tensorflow", _dense),
+    KerasRow("Sequential(Dense, Dense) · mlflow.keras", data.NUMPY, "keras", _dense),
+    KerasRow("functional: numerics + Embedding(codes), 2 inputs · mlflow.tensorflow", data.INT_CATEGORIES,
+             "tensorflow", _two_inputs),
+    KerasRow("Sequential(Embedding, Flatten, Dense) over the codes · mlflow.tensorflow", data.INT_CATEGORIES,
+             "tensorflow", _embedding),
+)  # fmt: skip
+
+
+def _keras_logged(flavor: str) -> Callable[[Any, Any], tuple[Any, dict[str, Any]]]:
+    """What a user logs: the Keras model, with the training rows' example as its inputs take
+    them (mlflow.tensorflow infers the signature from it); mlflow.keras with the signature
+    alone, since MLflow 3.17's mlflow.keras.log_model fails writing an input example."""
+
+    def logged(fitted: Any, X: Any) -> tuple[Any, dict[str, Any]]:
+        example = fitted.inputs(data.example(X))
+        if flavor == "tensorflow":
+            return fitted.model, {"input_example": example}
+        from mlflow.models import infer_signature
+
+        signature = infer_signature(example, fitted.model.predict(example, verbose=0))
+        return fitted.model, {"input_example": None, "signature": signature}
+
+    return logged
+
+
+def keras_cases() -> list[Case]:
+    if importlib.util.find_spec("keras") is None or importlib.util.find_spec("tf2onnx") is None:
+        return []
+    return [
+        Case(KERAS, spec.row, spec.shape, spec.shape, data.BINARY, spec.flavor, spec.build,
+             to_log=_keras_logged(spec.flavor))
+        for spec in KERAS_ROWS
+    ]  # fmt: skip
+
+
 def all_cases() -> list[Case]:
     return (
-        sklearn_estimator_cases() + transformer_cases() + booster_cases() + clusterer_cases() + onnx_cases()
+        sklearn_estimator_cases()
+        + transformer_cases()
+        + booster_cases()
+        + clusterer_cases()
+        + onnx_cases()
+        + keras_cases()
     )

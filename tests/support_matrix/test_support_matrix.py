@@ -1,4 +1,4 @@
-"""The support matrix: which scikit-learn estimators, Pipelines and booster models
+"""The support matrix: which scikit-learn estimators, Pipelines, booster, ONNX and Keras models
 ``builder export`` converts, on which input shapes, generated into docs/support-matrix.md.
 
 Every case (cases.py) is fitted on small generated data (data.py), logged into one MLflow run of

@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CASES = [
     ("pytorch", "torch", "torch"),
     ("pytorch", "onnxscript", "torch"),
+    ("keras", "keras", "keras"),
+    ("tensorflow", "tf2onnx", "keras"),
     ("xgboost", "xgboost", "boosting"),
     ("xgboost", "onnxmltools", "boosting"),
     ("lightgbm", "lightgbm", "boosting"),
@@ -76,7 +78,7 @@ def test_the_refusal_prints_as_one_error_and_one_hint_line(
 
 @pytest.mark.parametrize("flavor", ["sklearn", "onnx"])
 def test_the_core_flavors_need_no_extra(monkeypatch: pytest.MonkeyPatch, flavor: str) -> None:
-    for module in ("torch", "onnxscript", "xgboost", "lightgbm", "catboost", "onnxmltools"):
+    for module in {m for _, modules in FLAVOR_EXTRAS.values() for m in modules}:  # every extra's
         monkeypatch.setitem(sys.modules, module, None)
     assert converter_for(flavor).flavor == flavor
 
@@ -112,7 +114,7 @@ def test_the_core_lock_is_project_lock_s_subset_without_the_extras() -> None:
     full = _pins(ROOT / "requirements" / "project.lock") | _pins(ROOT / "requirements" / "torch-cpu.lock")
     assert {n: v for n, v in core.items() if full.get(n) != v} == {}
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    for extra in ("torch", "boosting", "catboost", "dev"):
+    for extra in ("torch", "keras", "boosting", "catboost", "dev"):
         for requirement in extras[extra]:
             name = _name(requirement)
             assert name in full, f"{name} ({extra}) is not pinned in project.lock"
