@@ -19,7 +19,9 @@ export BUILDER_RUNTIME_DIR ?= $(CURDIR)/.runtime
 PYTEST_ARGS ?=
 # Two workers, one per core: a test file runs whole in one worker (tests/conftest.py says why
 # loadfile); much of a test's time is single-threaded Python (training, conversion, parity), so
-# two of them cut the wall time. PYTEST_WORKERS=0 runs in one process.
+# two of them cut the wall time (three were 4 % faster and less steady: docs/testing.md).
+# --no-loadscope-reorder: the workers get the longest files first (tests/conftest.py's
+# LONGEST_FIRST), not xdist's files-with-most-tests first. PYTEST_WORKERS=0 runs in one process.
 PYTEST_WORKERS ?= 2
 
 .PHONY: setup setup-demo venv venv-core runtime redis wrk haproxy chromium prometheus perf-analyzer test demo bench gpu-check lint image image-check clean help
@@ -129,7 +131,7 @@ perf-analyzer: runtime
 	@$(BIN)/python -m support.perf_analyzer >/dev/null
 
 test: setup chromium prometheus perf-analyzer haproxy lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 demo: setup-demo
 	$(BIN)/python demo/run_demo.py

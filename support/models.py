@@ -3,6 +3,8 @@ tests' SQLite one, or a benchmark's).
 
 Each function trains on a synthetic fraud-like data set, logs the model with its flavor, an
 input example (so MLflow infers the signature) and registers it with the alias ``champion``.
+The pip requirements are given, not inferred: MLflow infers them by loading the model in a
+subprocess that imports every library the process has (4-5 s a model; nothing here reads them).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ def sklearn_classifier(name: str, **log_kwargs: Any) -> Registered:
     model = make_pipeline(StandardScaler(), GradientBoostingClassifier(n_estimators=20, max_depth=3)).fit(
         X, y
     )
+    log_kwargs.setdefault("pip_requirements", ["scikit-learn"])
     with mlflow.start_run():
         info = mlflow.sklearn.log_model(
             model,
@@ -80,7 +83,11 @@ def sklearn_regressor(name: str) -> Registered:
     model = Ridge().fit(X, X.amount * 0.1 + y)
     with mlflow.start_run():
         info = mlflow.sklearn.log_model(
-            model, name="model", input_example=X.iloc[:5], registered_model_name=name
+            model,
+            name="model",
+            input_example=X.iloc[:5],
+            registered_model_name=name,
+            pip_requirements=["scikit-learn"],
         )
     return _register(name, info, model, X)
 
@@ -93,7 +100,11 @@ def xgboost_classifier(name: str) -> Registered:
     model = xgb.XGBClassifier(n_estimators=20, max_depth=3, tree_method="hist").fit(X, y)
     with mlflow.start_run():
         info = mlflow.xgboost.log_model(
-            model, name="model", input_example=X.iloc[:5], registered_model_name=name
+            model,
+            name="model",
+            input_example=X.iloc[:5],
+            registered_model_name=name,
+            pip_requirements=["xgboost"],
         )
     return _register(name, info, model, X)
 
@@ -106,7 +117,11 @@ def lightgbm_classifier(name: str) -> Registered:
     model = lgb.LGBMClassifier(n_estimators=20, num_leaves=8, verbose=-1).fit(X, y)
     with mlflow.start_run():
         info = mlflow.lightgbm.log_model(
-            model, name="model", input_example=X.iloc[:5], registered_model_name=name
+            model,
+            name="model",
+            input_example=X.iloc[:5],
+            registered_model_name=name,
+            pip_requirements=["lightgbm"],
         )
     return _register(name, info, model, X)
 
@@ -132,7 +147,11 @@ def pytorch_mlp(name: str) -> Registered:
     example = x[:5].numpy()
     with mlflow.start_run():
         info = mlflow.pytorch.log_model(
-            module, name="model", input_example=example, registered_model_name=name
+            module,
+            name="model",
+            input_example=example,
+            registered_model_name=name,
+            pip_requirements=["torch"],
         )
     return _register(name, info, module, pd.DataFrame(x.numpy()))
 
@@ -150,7 +169,11 @@ def sklearn_on_probabilities(name: str) -> Registered:
     model = Ridge(alpha=0.1).fit(X, 3 * p1 - 1 + rng.normal(0, 0.1, 200))
     with mlflow.start_run():
         info = mlflow.sklearn.log_model(
-            model, name="model", input_example=X.iloc[:5], registered_model_name=name
+            model,
+            name="model",
+            input_example=X.iloc[:5],
+            registered_model_name=name,
+            pip_requirements=["scikit-learn"],
         )
     return _register(name, info, model, X)
 
@@ -179,6 +202,7 @@ def sklearn_for_ensemble(name: str, threshold: float = 0.3) -> Registered:
             input_example=features.iloc[:5],
             registered_model_name=name,
             skops_trusted_types=["sklearn.tree._tree.Tree"],
+            pip_requirements=["scikit-learn"],
         )
     registered = _register(name, info, model, X)
     registered.extra = {"spec": spec, "threshold": threshold}

@@ -31,7 +31,8 @@ def serving(
     repo: Path, runtime: RuntimePaths, log_path: Path, *, timeout: float = 180
 ) -> Iterator[TritonServer]:
     """The real Triton serving every model folder now in ``repo`` on free ports, in explicit
-    control mode (a model or version added later loads only when a test asks), stopped on exit."""
+    control mode (a model or version added later loads only when a test asks), stopped on exit
+    (at once: :func:`stop_now`)."""
     from builder.runtime.server import ServerOptions, TritonServer
 
     names = [p.name for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")]
@@ -40,7 +41,19 @@ def serving(
     try:
         yield server
     finally:
-        server.stop()
+        stop_now(server)
+
+
+def stop_now(server: TritonServer) -> None:
+    """Stop a Triton the tests (or a benchmark) started, without the graceful wait: SIGTERM, then
+    SIGKILL to its process group (the server and its Python-backend stubs) at once.
+
+    Triton's graceful stop waits, polling once a second, until every HTTP connection a client
+    still holds is closed (tritonclient's pooled clients, the gateway's) or ``--exit-timeout-secs``
+    (10 s) runs out, then for its models to unload: 2-11 s a server, which nothing checked after a
+    test's server is gone depends on. The graceful stop itself is tested where it is the subject
+    (``tests/integration/test_runtime.py``, ``builder serve``'s SIGTERM)."""
+    server.stop(timeout=0)
 
 
 class ServerStartError(RuntimeError):

@@ -170,6 +170,9 @@ def train_and_register(
             input_example=X.iloc[:5],
             registered_model_name=name,
             skops_trusted_types=SKOPS_TRUSTED_TYPES,
+            # given, not inferred: MLflow infers them by loading the model in a subprocess that
+            # imports every library this process has (4-5 s; nothing reads them)
+            pip_requirements=["scikit-learn"],
         )
     version = int(info.registered_model_version)
     MlflowClient().set_registered_model_alias(name, alias, str(version))

@@ -5,11 +5,14 @@ runtime, per test session, and a factory that starts Triton servers on free port
 one worker, so its module fixtures are built once; a session fixture (the gateway stack, the
 registry) is built once per worker that needs it. (``loadgroup``, which would keep a folder
 together, cannot: xdist 3.8 writes its group into ``item._nodeid``, which pytest 9 no longer reads.)
+The longest files are handed out first (``LONGEST_FIRST``, with ``--no-loadscope-reorder`` in the
+Makefile), so that no long file starts while the other worker is running out of work.
 
 ``triton_runtime`` installs the embedded runtime once per session (a no-op when it is already
 installed) into ``$BUILDER_RUNTIME_DIR`` or the default cache dir. ``start_triton`` starts
 servers on free ports with their log under the test's tmp dir, and stops every one it
-started when the test ends, pass or fail.
+started when the test ends, pass or fail (at once, without Triton's graceful wait:
+``support.servers.stop_now`` says why).
 """
 
 from __future__ import annotations
@@ -24,6 +27,41 @@ import pytest
 from builder.runtime.install import install_runtime
 from builder.runtime.paths import RuntimePaths, default_runtime_dir
 from builder.runtime.server import ServerOptions, TritonServer
+from support.servers import stop_now
+
+# The longest test files, longest first (seconds of one worker's time each, measured on this
+# 2-core machine: docs/testing.md). A file runs whole in one worker, and xdist hands files out in
+# collection order once its own reordering (files with more tests first) is off: a long file
+# handed out last keeps one worker busy after the other has run out of work. Files not listed
+# follow in collection order; a path no longer found is ignored (refresh the list from
+# `--durations=0` when files move or the order of the slowest changes).
+LONGEST_FIRST = (
+    "tests/gateway/test_evidence_replicas.py",  # 111 s
+    "tests/gateway/test_gateway.py",  # 97 s, with the gateway stack
+    "tests/integration/test_export_errors.py",  # 65 s
+    "tests/support_matrix/test_support_matrix.py",  # 56 s
+    "tests/integration/test_export_crash.py",  # 50 s
+    "tests/integration/test_ensemble_onnx.py",  # 49 s
+    "tests/integration/test_error_contract.py",  # 38 s
+    "tests/integration/test_runtime.py",  # 37 s
+    "tests/integration/test_typed_models.py",  # 37 s
+    "tests/integration/test_tune.py",  # 32 s
+    "tests/unit/test_repository_crash.py",  # 26 s
+    "tests/gateway/test_gateway_oip.py",  # 26 s
+    "tests/gateway/test_gateway_release_gate.py",  # 24 s
+    "tests/loadtests/test_gate.py",  # 23 s
+    "tests/integration/test_mlflow_deployments.py",  # 23 s
+    "tests/gateway/test_payload_log_s3.py",  # 23 s
+    "tests/integration/test_export_kinds.py",  # 22 s
+    "tests/gateway/test_gateway_recovery.py",  # 22 s
+)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering; a stable sort keeps each file's order
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    root = config.rootpath
+    items.sort(key=lambda item: rank.get(Path(os.path.relpath(item.path, root)).as_posix(), len(rank)))
 
 
 @pytest.fixture(scope="session")
@@ -81,4 +119,4 @@ def start_triton(triton_runtime: RuntimePaths, tmp_path: Path) -> Iterator[Start
 
     yield start
     for server in servers:
-        server.stop()
+        stop_now(server)

@@ -366,7 +366,7 @@ def test_triton_down_gives_503_and_the_gateway_recovers(
         env = gateway_env(stack, GATEWAY_TRITON_URL=url, GATEWAY_TRITON_TIMEOUT_S="1.0")
         with servers.gateway_process(tmp_path, env) as gw:
             assert predict(gw, {"rows": ROWS}).status_code == 200
-            own.stop()
+            servers.stop_now(own)  # down is down: the graceful stop would wait for the gateway's connections
             down = predict(gw, {"rows": ROWS})
             assert down.status_code == 503, down.text
             assert down.headers.get("Retry-After") == "1"
@@ -388,7 +388,7 @@ def test_triton_down_gives_503_and_the_gateway_recovers(
                 time.sleep(0.5)
             assert status == 200, "the gateway did not recover after Triton came back"
     finally:
-        own.stop()
+        servers.stop_now(own)
 
 
 def test_redis_profile_then_online_store_down_gives_503(stack: Stack, tmp_path, monkeypatch):

@@ -60,7 +60,7 @@ def own(stack: Stack, triton_runtime: Any, tmp_path_factory: pytest.TempPathFact
             holder.gateway = gw
             yield holder
     finally:
-        holder.triton.stop()
+        servers.stop_now(holder.triton)
 
 
 def test_the_answer_names_the_version_triton_ran_right_after_a_hot_swap(stack: Stack, own: Own):

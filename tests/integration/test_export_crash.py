@@ -24,7 +24,7 @@ import pandas as pd
 import pytest
 
 from builder.ensemble_models import transforms
-from support import models
+from support import models, servers
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +77,7 @@ def test_killed_ensemble_export(mlflow_registry: str, tmp_path: Path, start_trit
     version, got = labels(server, old, raw)
     assert version == "1"
     np.testing.assert_array_equal(got, expected(old, raw))  # the old ensemble, whole
-    server.stop()
+    servers.stop_now(server)
 
     check = builder("validate", "--repo", str(repo), tmpdir=tmpdir)
     assert check.returncode == 7  # ValidationError

@@ -42,6 +42,7 @@ def registry_models(mlflow_registry: str, tmp_path_factory: pytest.TempPathFacto
             name="model",
             registered_model_name="err-nosig",
             skops_trusted_types=["sklearn.tree._tree.Tree"],
+            pip_requirements=["scikit-learn"],  # given: inferring them takes seconds
         )
     mlflow.MlflowClient().set_registered_model_alias("err-nosig", "champion", "1")
 
@@ -51,7 +52,11 @@ def registry_models(mlflow_registry: str, tmp_path_factory: pytest.TempPathFacto
 
     with mlflow.start_run():
         mlflow.pyfunc.log_model(
-            name="model", python_model=Echo(), input_example=X.iloc[:2], registered_model_name="err-pyfunc"
+            name="model",
+            python_model=Echo(),
+            input_example=X.iloc[:2],
+            registered_model_name="err-pyfunc",
+            pip_requirements=["mlflow"],
         )
     # A custom Python function step: skl2onnx has no converter for it.
     custom = make_pipeline(FunctionTransformer(np.log1p), GradientBoostingClassifier(n_estimators=5)).fit(
@@ -64,6 +69,7 @@ def registry_models(mlflow_registry: str, tmp_path_factory: pytest.TempPathFacto
             input_example=X.iloc[:3],
             registered_model_name="err-custom-op",
             skops_trusted_types=["sklearn.tree._tree.Tree", "numpy.log1p"],
+            pip_requirements=["scikit-learn"],
         )
     corrupt = models.sklearn_classifier("err-corrupt")
     info = mlflow.MlflowClient().get_model_version("err-corrupt", str(corrupt.version))

@@ -197,6 +197,7 @@ def test_new_version_loads_and_unloads_while_serving(triton: TritonServer, expor
             input_example=X.iloc[:5],
             registered_model_name="sk-clf",
             skops_trusted_types=["sklearn.tree._tree.Tree"],
+            pip_requirements=["scikit-learn"],  # given: inferring them takes seconds
         )
     version = int(info.registered_model_version)
     assert version == reg.version + 1

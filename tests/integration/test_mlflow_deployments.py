@@ -25,7 +25,7 @@ from mlflow.exceptions import MlflowException
 
 from builder.runtime.paths import RuntimePaths
 from builder.runtime.server import ServerOptions, TritonServer
-from support import models
+from support import models, servers
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def triton(triton_runtime: RuntimePaths, tmp_path_factory: pytest.TempPathFactor
     )
     server.start(timeout=120)
     yield server
-    server.stop()
+    servers.stop_now(server)
 
 
 @pytest.fixture(scope="module")

@@ -306,6 +306,7 @@ def test_a_signature_naming_another_input_is_refused_naming_the_graphs(
             name="model",
             signature=infer_signature(example),
             registered_model_name="r3-onnx-named",
+            pip_requirements=["onnxruntime"],
         )
     with pytest.raises(ConversionError) as refused:
         export_model(ExportRequest("models:/r3-onnx-named/1", tmp_path / "repo"))

@@ -202,7 +202,11 @@ def test_datetime_column_is_refused_with_what_to_do(mlflow_registry: str, tmp_pa
     model = LogisticRegression().fit(X[["amount"]], [0, 1, 0, 1])
     with mlflow.start_run():
         info = mlflow.sklearn.log_model(
-            model, name="model", signature=infer_signature(X), registered_model_name="dt-model"
+            model,
+            name="model",
+            signature=infer_signature(X),
+            registered_model_name="dt-model",
+            pip_requirements=["scikit-learn"],  # given: inferring them takes seconds
         )
     error, hint = _refused(f"models:/dt-model/{info.registered_model_version}", tmp_path / "repo")
     assert "'seen_at'" in error and "datetime" in error
@@ -222,6 +226,7 @@ def test_custom_pyfunc_is_refused_with_a_hint(mlflow_registry: str, tmp_path: Pa
             python_model=Doubler(),
             input_example=pd.DataFrame({"x": [1.0, 2.0]}),
             registered_model_name="custom-pyfunc",
+            pip_requirements=["mlflow"],  # given: inferring them takes seconds
         )
     error, hint = _refused(f"models:/custom-pyfunc/{info.registered_model_version}", tmp_path / "repo")
     assert "python_function only" in error

@@ -70,6 +70,7 @@ def typed_classifier(name: str) -> None:
             input_example=X.iloc[:5],
             registered_model_name=name,
             skops_trusted_types=SKOPS_TRUSTED_TYPES,
+            pip_requirements=["scikit-learn"],  # given: inferring them takes seconds
         )
     MlflowClient().set_registered_model_alias(name, "champion", str(info.registered_model_version))
 
@@ -82,7 +83,7 @@ def served(mlflow_registry: str, tmp_path_factory: pytest.TempPathFactory) -> It
     from builder.runtime.install import install_runtime
     from builder.runtime.paths import default_runtime_dir
     from builder.runtime.server import TritonServer
-    from support import models
+    from support import models, servers
 
     repo = tmp_path_factory.mktemp("lt-served") / "model_repo"
     models.sklearn_classifier(MODEL)
@@ -96,7 +97,7 @@ def served(mlflow_registry: str, tmp_path_factory: pytest.TempPathFactory) -> It
     try:
         yield Served(repo, MODEL, f"http://{server.http_url}", server.grpc_url)
     finally:
-        server.stop()
+        servers.stop_now(server)
 
 
 def run_cli(

@@ -66,6 +66,9 @@ def register(name: str, log: Callable[..., Any], model: Any, example: Any, **kwa
     import mlflow
     from mlflow import MlflowClient
 
+    # The flavor's library as the requirement, given: MLflow infers them by loading the model in a
+    # subprocess that imports every library the process has (4-5 s a model; nothing reads them).
+    kwargs.setdefault("pip_requirements", [log.__module__.removeprefix("mlflow.")])
     with mlflow.start_run():
         info = log(model, name="model", input_example=example, registered_model_name=name, **kwargs)
     MlflowClient().set_registered_model_alias(name, "champion", str(info.registered_model_version))
