@@ -46,14 +46,42 @@ def serving(
 
 def stop_now(server: TritonServer) -> None:
     """Stop a Triton the tests (or a benchmark) started, without the graceful wait: SIGTERM, then
-    SIGKILL to its process group (the server and its Python-backend stubs) at once.
+    SIGKILL to its process group (the server and its Python-backend stubs) at once, then remove
+    the shared-memory regions its stubs would have removed on a graceful unload.
 
     Triton's graceful stop waits, polling once a second, until every HTTP connection a client
     still holds is closed (tritonclient's pooled clients, the gateway's) or ``--exit-timeout-secs``
     (10 s) runs out, then for its models to unload: 2-11 s a server, which nothing checked after a
     test's server is gone depends on. The graceful stop itself is tested where it is the subject
     (``tests/integration/test_runtime.py``, ``builder serve``'s SIGTERM)."""
+    regions = _shared_memory_of(server.pid)
     server.stop(timeout=0)
+    for region in regions:
+        region.unlink(missing_ok=True)
+
+
+def _shared_memory_of(pgid: int | None) -> set[Path]:
+    """The ``/dev/shm`` files the processes of group ``pgid`` map: the Python backend's regions
+    (1 MiB and up a model instance; ``triton_*_shm_region_<uuid>``), which a stub unlinks when
+    its model unloads, and a SIGKILLed one leaves behind. Empty where there is no ``/proc``."""
+    found: set[Path] = set()
+    proc = Path("/proc")
+    if pgid is None or not proc.is_dir():
+        return found
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            maps = (entry / "maps").read_text()
+        except (OSError, ValueError, IndexError):  # gone meanwhile, or not ours to read
+            continue
+        for line in maps.splitlines():
+            fields = line.split(maxsplit=5)  # address perms offset device inode path
+            if len(fields) == 6 and fields[5].startswith("/dev/shm/") and not fields[5].endswith("(deleted)"):
+                found.add(Path(fields[5]))
+    return found
 
 
 class ServerStartError(RuntimeError):
