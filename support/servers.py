@@ -53,7 +53,7 @@ def stop_now(server: TritonServer) -> None:
     still holds is closed (tritonclient's pooled clients, the gateway's) or ``--exit-timeout-secs``
     (10 s) runs out, then for its models to unload: 2-11 s a server, which nothing checked after a
     test's server is gone depends on. The graceful stop itself is tested where it is the subject
-    (``tests/integration/test_runtime.py``, ``builder serve``'s SIGTERM)."""
+    (``tests/builder/runtime/test_runtime.py``, ``builder serve``'s SIGTERM)."""
     regions = _shared_memory_of(server.pid)
     server.stop(timeout=0)
     for region in regions:

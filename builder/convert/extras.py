@@ -25,7 +25,7 @@ FLAVOR_EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
     "catboost": ("catboost", ("catboost",)),
 }
 # extra -> its packages, as pyproject.toml's optional dependencies name them (the refusal's hint
-# installs these; tests/unit/test_missing_extras.py keeps the two equal)
+# installs these; tests/builder/convert/test_missing_extras.py keeps the two equal)
 EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {
     "torch": ("torch", "onnxscript"),
     "keras": ("tensorflow-cpu", "keras", "tf2onnx"),

@@ -5,34 +5,14 @@ Triton, and `gateway serve` in front."""
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from builder.export import ExportRequest, export_model
-from builder.runtime.server import TritonServer
 from support import servers
-
-MODEL = "fraud-detector"
-SOURCE = Path(__file__).resolve().parents[2] / "feature_repo"
-
-
-@dataclass
-class Stack:
-    feature_repo: Path
-    store: Any
-    model_repo: Path
-    trained: Any
-    triton: TritonServer
-
-
-def copy_feature_repo(dest: Path) -> Path:
-    shutil.copytree(SOURCE, dest, ignore=shutil.ignore_patterns("data", "__pycache__"))
-    return dest
+from tests.gateway.helpers import MODEL, Stack, copy_feature_repo, gateway_env
 
 
 @pytest.fixture(scope="session")
@@ -52,17 +32,6 @@ def stack(
     export_model(ExportRequest(f"models:/{MODEL}@champion", model_repo))
     with servers.serving(model_repo, triton_runtime, root / "tritonserver.log") as triton:
         yield Stack(repo, store, model_repo, trained, triton)
-
-
-def gateway_env(stack: Stack, **extra: str) -> dict[str, str]:
-    return {
-        "GATEWAY_TRITON_URL": f"http://{stack.triton.http_url}",
-        "GATEWAY_FEATURE_REPO": str(stack.feature_repo),
-        "GATEWAY_MODELS": f'["{MODEL}"]',
-        "GATEWAY_MAX_BATCH_ROWS": "16",
-        "GATEWAY_MAX_BODY_BYTES": "65536",
-        **extra,
-    }
 
 
 @pytest.fixture(scope="session")

@@ -21,45 +21,9 @@ import requests
 
 from gateway.proto import gateway_pb2, gateway_pb2_grpc, to_value
 from support import servers
-from tests.gateway.conftest import MODEL, Stack, gateway_env
+from tests.gateway.helpers import MODEL, ROWS, Stack, expected_scores, gateway_env, online_complete, predict
 
 pytestmark = pytest.mark.integration
-
-ROWS = [
-    {"user_id": 17, "merchant_id": 3, "amount": 42.5, "hour": 13, "channel": "web"},
-    {"user_id": 250, "merchant_id": 88, "amount": 980.0, "hour": 3, "channel": "app"},
-    {"user_id": 401, "merchant_id": 12, "amount": 12.0, "hour": 20, "channel": "pos"},
-]
-
-
-def expected_scores(stack: Stack, rows: list[dict[str, Any]]) -> np.ndarray:
-    """The trained model on the same online features, assembled in training column order."""
-    from feature_repo import SERVICE
-
-    service = stack.store.get_feature_service(SERVICE)
-    keys = [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in rows]
-    online = stack.store.get_online_features(features=service, entity_rows=keys).to_dict()
-    trained = stack.trained
-    full = [{c: r[c] if c in r else online[c][i] for c in trained.columns} for i, r in enumerate(rows)]
-    frame = trained.input_frame(full)
-    for column in frame.columns:  # the model input carries numbers as float32, as Triton gets them
-        if column not in trained.string_columns:
-            frame[column] = frame[column].astype(np.float32).astype(np.float64)
-    return trained.model.predict_proba(frame)[:, 1]
-
-
-def online_complete(stack: Stack, row: dict[str, Any]) -> bool:
-    from feature_repo import SERVICE
-
-    keys = {"user_id": row["user_id"], "merchant_id": row["merchant_id"]}
-    values = stack.store.get_online_features(
-        features=stack.store.get_feature_service(SERVICE), entity_rows=[keys]
-    ).to_dict()
-    return all(v[0] is not None for k, v in values.items() if k not in keys)
-
-
-def predict(gw: servers.Gateway, body: Any, model: str = MODEL, **kwargs: Any) -> requests.Response:
-    return requests.post(f"{gw.url}/v1/models/{model}/predict", json=body, timeout=10, **kwargs)
 
 
 def grpc_predict(
@@ -444,8 +408,9 @@ def test_the_pre_resolved_read_returns_what_the_feast_sdk_returns(stack: Stack):
     # gateway/online_read.py calls the store's online_read itself; the SDK's answer is the reference
     import asyncio
 
-    from feature_repo import SERVICE
     from gateway.features import OnlineFeatures
+
+    from feature_repo import SERVICE
 
     features = OnlineFeatures(stack.feature_repo, "sqlite", timeout_s=10.0)
     assert features.plan(SERVICE) is not None  # this service is read through the plan

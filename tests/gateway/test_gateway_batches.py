@@ -22,8 +22,7 @@ import requests
 from builder.export import ExportRequest, export_model
 from builder.repository.triton_config import ServingOptions
 from support import servers
-from tests.gateway.conftest import MODEL, Stack
-from tests.gateway.test_gateway import expected_scores, online_complete
+from tests.gateway.helpers import MODEL, Stack, expected_scores, online_complete
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,7 @@ import requests
 
 from builder.runtime.server import ServerOptions, TritonServer
 from support import servers
-from tests.gateway.conftest import MODEL, Stack, gateway_env
-from tests.gateway.test_gateway import ROWS, predict
+from tests.gateway.helpers import MODEL, ROWS, Stack, gateway_env, predict
 
 pytestmark = pytest.mark.integration
 

@@ -30,8 +30,7 @@ import pytest
 import requests
 
 from support import servers
-from tests.gateway.conftest import MODEL, Stack, gateway_env
-from tests.gateway.test_gateway import ROWS, expected_scores
+from tests.gateway.helpers import MODEL, ROWS, Stack, expected_scores, gateway_env
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from support import servers
-from tests.loadtests.conftest import run_cli, smoke_user
+from tests.loadtests.helpers import run_cli, smoke_user
 
 pytestmark = pytest.mark.integration
 

@@ -9,10 +9,8 @@ multi-class classifiers with integer and with string classes.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +22,18 @@ import requests
 
 from gateway.proto import gateway_pb2, gateway_pb2_grpc
 from support import servers
+from tests.gateway.helpers import (
+    CHANNELS,
+    SERVICE,
+    register_typed,
+    typed_feature_repo,
+    typed_pipeline,
+)
 
 pytestmark = pytest.mark.integration
 
-SOURCE_YAML = Path(__file__).resolve().parents[2] / "feature_repo" / "feature_store.yaml"
-SERVICE = "shop_v1"
 BINARY, REGRESSOR, MULTICLASS, NAMED = "shop-churn", "shop-spend", "shop-tier", "shop-tier-named"
 THRESHOLD = 0.3
-ONLINE = ["segment", "spend_30d", "visits_30d"]  # the feature view's features (String, Float64, Float64)
-REQUEST = ["amount", "channel"]
-CHANNELS = ["web", "app", "store"]
-SEGMENTS = ["gold", "silver", "bronze"]
-CUSTOMERS = [f"C-{i:04d}" for i in range(1, 201)]
 
 
 @dataclass
@@ -44,52 +42,6 @@ class TypedStack:
     store: Any
     models: dict[str, Any]  # registered name -> the native Pipeline
     triton: Any
-
-
-def _feature_repo(root: Path) -> Any:
-    """A Feast repo with a STRING-keyed ``customer`` entity and one view, applied and materialized."""
-    from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
-    from feast.types import Float64, String
-
-    from feast_access.store import open_store
-
-    (root / "data").mkdir(parents=True)
-    shutil.copy(SOURCE_YAML, root / "feature_store.yaml")
-    rng = np.random.default_rng(7)
-    now = pd.Timestamp.now(tz="UTC")
-    snapshot = pd.DataFrame(
-        {
-            "customer_id": CUSTOMERS,
-            "segment": rng.choice(SEGMENTS, len(CUSTOMERS)),
-            "spend_30d": rng.gamma(2.0, 50.0, len(CUSTOMERS)).round(2),
-            "visits_30d": rng.poisson(4, len(CUSTOMERS)).astype(float),
-            "event_timestamp": now - pd.Timedelta(hours=1),
-            "created_timestamp": now - pd.Timedelta(hours=1),
-        }
-    )
-    snapshot.to_parquet(root / "data" / "customer_stats.parquet")
-    customer = Entity(name="customer", join_keys=["customer_id"], value_type=ValueType.STRING)
-    view = FeatureView(
-        name="customer_stats",
-        entities=[customer],
-        ttl=timedelta(days=2),
-        schema=[
-            Field(name="segment", dtype=String),
-            Field(name="spend_30d", dtype=Float64),
-            Field(name="visits_30d", dtype=Float64),
-        ],
-        source=FileSource(
-            name="customer_stats_source",
-            path="data/customer_stats.parquet",
-            timestamp_field="event_timestamp",
-            created_timestamp_column="created_timestamp",
-        ),
-        online=True,
-    )
-    store = open_store(root)
-    store.apply([customer, view, FeatureService(name=SERVICE, features=[view])])
-    store.materialize_incremental(end_date=datetime.now(UTC))
-    return store, snapshot
 
 
 def _training_frame(snapshot: pd.DataFrame, rows: int = 600) -> pd.DataFrame:
@@ -106,52 +58,6 @@ def _training_frame(snapshot: pd.DataFrame, rows: int = 600) -> pd.DataFrame:
     )
 
 
-def _pipeline(final: Any) -> Any:
-    from sklearn.compose import ColumnTransformer
-    from sklearn.impute import SimpleImputer
-    from sklearn.pipeline import Pipeline, make_pipeline
-    from sklearn.preprocessing import OneHotEncoder, StandardScaler
-
-    columns = ColumnTransformer(
-        [
-            ("categories", OneHotEncoder(handle_unknown="ignore"), ["channel", "segment"]),
-            # the imputer reads NaN, the stand-in for a missing online number
-            (
-                "numbers",
-                make_pipeline(SimpleImputer(), StandardScaler()),
-                ["amount", "spend_30d", "visits_30d"],
-            ),
-        ]
-    )
-    return Pipeline([("columns", columns), ("model", final)])
-
-
-def _register(name: str, model: Any, X: pd.DataFrame, params: dict[str, float] | None = None) -> None:
-    import mlflow
-    from mlflow import MlflowClient
-    from skops.io import dumps, get_untrusted_types
-
-    with mlflow.start_run():
-        mlflow.set_tags(
-            {
-                "feast.feature_service": SERVICE,
-                "feast.entity_keys": "customer_id",
-                "feast.request_fields": ",".join(REQUEST),
-            }
-        )
-        if params:
-            mlflow.log_params(params)
-        info = mlflow.sklearn.log_model(
-            model,
-            name="model",
-            input_example=X.iloc[:5],
-            registered_model_name=name,
-            skops_trusted_types=get_untrusted_types(data=dumps(model)),
-            pip_requirements=["scikit-learn"],  # given: inferring them takes seconds
-        )
-    MlflowClient().set_registered_model_alias(name, "champion", str(info.registered_model_version))
-
-
 def _train(X: pd.DataFrame) -> dict[str, Any]:
     from sklearn.linear_model import LogisticRegression, Ridge
 
@@ -162,16 +68,16 @@ def _train(X: pd.DataFrame) -> dict[str, Any]:
     spend = 2.0 * X.amount + 0.5 * X.spend_30d + X.visits_30d * 3 + (X.channel == "store") * 20.0
     tier = (X.spend_30d > 60).astype(int) + (X.spend_30d > 130) + (X.channel == "store")
     models = {
-        BINARY: _pipeline(LogisticRegression(max_iter=500)).fit(X, churn.astype(int)),
-        REGRESSOR: _pipeline(Ridge()).fit(X, spend),
-        MULTICLASS: _pipeline(LogisticRegression(max_iter=500)).fit(X, tier),
-        NAMED: _pipeline(LogisticRegression(max_iter=500)).fit(
+        BINARY: typed_pipeline(LogisticRegression(max_iter=500)).fit(X, churn.astype(int)),
+        REGRESSOR: typed_pipeline(Ridge()).fit(X, spend),
+        MULTICLASS: typed_pipeline(LogisticRegression(max_iter=500)).fit(X, tier),
+        NAMED: typed_pipeline(LogisticRegression(max_iter=500)).fit(
             X, np.array(["low", "mid", "high", "top"])[tier]
         ),
     }
-    _register(BINARY, models[BINARY], X, {"decision_threshold": THRESHOLD})
+    register_typed(BINARY, models[BINARY], X, {"decision_threshold": THRESHOLD})
     for name in (REGRESSOR, MULTICLASS, NAMED):
-        _register(name, models[name], X)
+        register_typed(name, models[name], X)
     return models
 
 
@@ -182,7 +88,7 @@ def typed_stack(
     from builder.export import ExportRequest, export_model
 
     root = tmp_path_factory.mktemp("typed-stack")
-    store, snapshot = _feature_repo(root / "feature_repo")
+    store, snapshot = typed_feature_repo(root / "feature_repo")
     models = _train(_training_frame(snapshot))
     model_repo = root / "model_repo"
     for name in models:

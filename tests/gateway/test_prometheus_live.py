@@ -29,9 +29,8 @@ import yaml
 from helm_python import Chart
 
 from support import servers
-from tests.gateway.conftest import MODEL, Stack
-from tests.gateway.test_gateway_drift import like_training, send
-from tests.helm.chart_support import CHART_DIR, NAMESPACE, REPO_ROOT, render
+from tests.gateway.helpers import MODEL, Stack, like_training, send
+from tests.helm.helpers import CHART_DIR, NAMESPACE, REPO_ROOT, render
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,14 @@ import pytest
 from typer.testing import CliRunner
 
 from support import servers
-from tests.gateway.test_gateway_typed import CUSTOMERS, ONLINE, SERVICE, _feature_repo, _pipeline, _register
+from tests.gateway.helpers import (
+    CUSTOMERS,
+    ONLINE,
+    SERVICE,
+    register_typed,
+    typed_feature_repo,
+    typed_pipeline,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +49,7 @@ def served(
     from builder.export import ExportRequest, export_model
 
     root = tmp_path_factory.mktemp("skew-any")
-    store, snapshot = _feature_repo(root / "feature_repo")
+    store, snapshot = typed_feature_repo(root / "feature_repo")
     rng = np.random.default_rng(3)
     picks = snapshot.iloc[rng.integers(0, len(snapshot), 300)].reset_index(drop=True)
     X = pd.DataFrame(
@@ -52,7 +59,7 @@ def served(
             **{name: picks[name] for name in ONLINE},
         }
     )
-    _register(MODEL, _pipeline(Ridge()).fit(X, 2.0 * X.amount + X.spend_30d), X)
+    register_typed(MODEL, typed_pipeline(Ridge()).fit(X, 2.0 * X.amount + X.spend_30d), X)
     export_model(ExportRequest(f"models:/{MODEL}@champion", root / "model_repo"))
     with servers.serving(root / "model_repo", triton_runtime, root / "tritonserver.log") as triton:
         yield Served(root / "feature_repo", store, triton)

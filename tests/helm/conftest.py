@@ -9,8 +9,16 @@ from pathlib import Path
 import pytest
 from helm_python import Chart
 
-from tests.helm.chart_support import CHART_DIR, VALUE_SETS, Release, render
-from tests.helm.promtool_support import BASE, find_promtool, selector_labels, write_rule_files
+from tests.helm.helpers import (
+    BASE,
+    CHART_DIR,
+    VALUE_SETS,
+    Release,
+    find_promtool,
+    render,
+    selector_labels,
+    write_rule_files,
+)
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import kubernetes_validate
 import pytest
 from helm_python import Chart, HelmRenderError, HelmValuesError, lint
 
-from tests.helm.chart_support import (
+from tests.helm.helpers import (
     ALL_SETS,
     CHART_DIR,
     CI_SETS,

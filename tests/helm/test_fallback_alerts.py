@@ -17,9 +17,21 @@ import promql_parser
 import pytest
 from helm_python import Chart
 
-from tests.helm.chart_support import NAMESPACE, REPO_ROOT, render
-from tests.helm.exported_metrics import FALLBACK_METRICS, gateway_collectors
-from tests.helm.promtool_support import BASE, STEPS, counter, evaluates, firing, replica, run_promtool, series
+from tests.helm.helpers import (
+    BASE,
+    FALLBACK_METRICS,
+    NAMESPACE,
+    REPO_ROOT,
+    STEPS,
+    counter,
+    evaluates,
+    firing,
+    gateway_collectors,
+    render,
+    replica,
+    run_promtool,
+    series,
+)
 
 PODS = (0, 1, 2)
 FRAUD, CHURN, SPAM, ADS = "fraud-detector", "churn", "spam", "ads"

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from helm_python import Chart, HelmValuesError
 
-from tests.helm.chart_support import (
+from tests.helm.helpers import (
     ALL_SETS,
     NAMESPACE,
     REPO_ROOT,

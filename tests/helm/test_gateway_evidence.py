@@ -18,7 +18,7 @@ from helm_python import Chart, HelmValuesError
 from gateway.quality.metrics import HIGHER_IS_BETTER
 from gateway.settings import GatewaySettings
 from support import servers
-from tests.helm.chart_support import (
+from tests.helm.helpers import (
     ALL_SETS,
     CHART_DIR,
     VALUE_SETS,

@@ -18,19 +18,17 @@ import yaml
 from helm_python import Chart
 
 from builder.release import schema as crd_schema
-from tests.helm.chart_support import (
+from tests.helm.helpers import (
     ALL_SETS,
     CHART_DIR,
     COMPONENT,
     NAMESPACE,
     VALUE_SETS,
     Release,
+    gateway_error_causes,
     on,
     render,
     subset,
-)
-from tests.helm.exported_metrics import (
-    gateway_error_causes,
     unknown_metrics,
 )
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-
 from gateway.drift.stats import psi as gateway_psi
-from tests.helm.promtool_support import (
+
+from tests.helm.helpers import (
     counter,
     evaluates,
     firing,

@@ -8,7 +8,7 @@ import re
 import pytest
 from helm_python import Chart
 
-from tests.helm.chart_support import (
+from tests.helm.helpers import (
     ALL_SETS,
     DEPLOYMENT_SETS,
     KSERVE_SETS,

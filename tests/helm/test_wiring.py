@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.helm.chart_support import (
+from tests.helm.helpers import (
     ALL_SETS,
     COMPONENT,
     NAMESPACE,

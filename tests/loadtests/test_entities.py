@@ -10,7 +10,7 @@ import pytest
 
 from loadtests.entities import EntityRows, parse_channels, parse_id_range
 from loadtests.settings import LoadOptions
-from tests.loadtests.gateway_standin import contract_problem
+from tests.loadtests.helpers import contract_problem
 
 
 def test_gateway_rows_follow_the_contract_and_the_entity_ranges() -> None:

@@ -9,7 +9,6 @@ boundary, with a null figure, a missing section, a disabled shadow. No load is s
 
 from __future__ import annotations
 
-import copy
 import json
 import threading
 import time
@@ -34,51 +33,9 @@ from loadtests.evidence import Evidence, QualityReport, ShadowReport
 from loadtests.promotion import FAILED, HELD, NOT_JUDGED, evidence_passed, judge, promotion_summary
 from loadtests.report import render_markdown
 from loadtests.sla import load_sla, resolve_sla_path
-from tests.loadtests.conftest import REPO_ROOT, run_cli
+from tests.loadtests.helpers import QUALITY, REPO_ROOT, SHADOW, changed, run_cli
 
 FAST_S = 10
-SHADOW: dict[str, Any] = {
-    "model": "fraud-detector",
-    "window": "1h",
-    "window_seconds": 3600,
-    "enabled": True,
-    "champion": {"model": "fraud-detector", "version": "1"},
-    "challenger": {"model": "fraud-detector", "version": "2"},
-    "share": 1.0,
-    "tolerance": 0.05,
-    "rows": 5000,
-    "mirrored_rows": 5100,
-    "dropped_rows": 50,
-    "error_rows": 50,
-    "error_rate": 0.0098,
-    "agreement": 0.991,
-    "difference": {"mean": 0.004, "p99": 0.03, "max": 0.2, "beyond_tolerance": 0.004},
-    "score_psi": 0.012,
-    "challenger_latency_ms": {"p50": 1.2, "p99": 4.5},
-}
-QUALITY: dict[str, Any] = {
-    "model": "fraud-detector",
-    "kind": "binary",
-    "window": "1h",
-    "window_seconds": 3600,
-    "versions": [
-        {
-            "model": "fraud-detector",
-            "version": "1",
-            "role": "champion",
-            "rows": 480,
-            "metrics": {"auc": 0.91, "log_loss": 0.2, "precision": 0.5, "recall": 0.6, "ece": 0.02},
-        },
-        {
-            "model": "fraud-detector",
-            "version": "2",
-            "role": "challenger",
-            "rows": 480,
-            "metrics": {"auc": 0.905, "log_loss": 0.21, "precision": 0.5, "recall": 0.6, "ece": 0.02},
-        },
-    ],
-    "feedback": {"accepted": 480, "duplicate": 0, "conflicting": 0, "unknown": 0, "invalid": 0},
-}
 # the bundled criteria: min_rows 1000, min_agreement 0.98, max_error_rate 0.01,
 # max_score_psi 0.1, max_p99_difference 0.05; min_labels 200, max_worse auc 0.01, log_loss 0.02
 CRITERIA = load_sla(resolve_sla_path("promotion")).promotion
@@ -93,17 +50,6 @@ def statuses(shadow: dict[str, Any] | None, quality: dict[str, Any] | None) -> d
         QualityReport.model_validate(quality) if quality else None,
     )
     return {c.name: c.status for c in judge(CRITERIA, evidence)}
-
-
-def changed(doc: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
-    """A deep copy of ``doc`` with ``a.b`` (or ``versions.1.metrics.auc``) set to ``value``."""
-    doc = copy.deepcopy(doc)
-    *parents, last = path.split(".")
-    node: Any = doc
-    for key in parents:
-        node = node[int(key)] if isinstance(node, list) else node[key]
-    node[last] = value
-    return doc
 
 
 def write_docs(tmp_path: Path, shadow: dict[str, Any], quality: dict[str, Any]) -> list[str]:

@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from loadtests.errors import EXIT_EVIDENCE_MISSED, EXIT_PASS, EXIT_SLA_MISSED
-from tests.loadtests.conftest import Served, run_cli
-from tests.loadtests.test_evidence import QUALITY, SHADOW, changed
+from tests.loadtests.helpers import QUALITY, SHADOW, Served, changed, run_cli
 
 pytestmark = pytest.mark.integration
 

@@ -23,8 +23,7 @@ from loadtests.errors import (
 )
 from loadtests.runner import LocustRun
 from loadtests.settings import LoadOptions
-from tests.loadtests.conftest import run_cli
-from tests.loadtests.gateway_standin import GatewayStandIn
+from tests.loadtests.helpers import GatewayStandIn, run_cli
 
 FAST_S = 10
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.loadtests.conftest import Served, smoke_user
+from tests.loadtests.helpers import Served, smoke_user
 
 pytestmark = pytest.mark.integration
 

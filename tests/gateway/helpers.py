@@ -1,0 +1,251 @@
+"""Helpers of the gateway's tests"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import requests
+
+from builder.runtime.server import TritonServer
+from support import servers
+
+MODEL = "fraud-detector"
+
+
+SOURCE = Path(__file__).resolve().parents[2] / "feature_repo"
+
+
+@dataclass
+class Stack:
+    feature_repo: Path
+    store: Any
+    model_repo: Path
+    trained: Any
+    triton: TritonServer
+
+
+def copy_feature_repo(dest: Path) -> Path:
+    shutil.copytree(SOURCE, dest, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    return dest
+
+
+def gateway_env(stack: Stack, **extra: str) -> dict[str, str]:
+    return {
+        "GATEWAY_TRITON_URL": f"http://{stack.triton.http_url}",
+        "GATEWAY_FEATURE_REPO": str(stack.feature_repo),
+        "GATEWAY_MODELS": f'["{MODEL}"]',
+        "GATEWAY_MAX_BATCH_ROWS": "16",
+        "GATEWAY_MAX_BODY_BYTES": "65536",
+        **extra,
+    }
+
+
+def flood_labels(job: tuple[str, str, list[dict[str, Any]], int, float, float]) -> list[int]:
+    """Batches of 100 labels to ``url``'s ``model`` as fast as the gateway answers, from the
+    wall-clock time ``start`` to ``end``; the statuses got (-1: a 503 without Retry-After)."""
+    url, model, labels, seed, start, end = job
+    rng = np.random.default_rng(seed)
+    statuses = []
+    time.sleep(max(0.0, start - time.time()))
+    with requests.Session() as session:
+        while time.time() < end:
+            picked = [labels[i] for i in rng.integers(0, len(labels), 100)]
+            response = session.post(f"{url}/v1/models/{model}/feedback", json={"labels": picked}, timeout=30)
+            told = response.status_code != 503 or bool(response.headers.get("Retry-After"))
+            statuses.append(response.status_code if told else -1)
+    return statuses
+
+
+ROWS = [
+    {"user_id": 17, "merchant_id": 3, "amount": 42.5, "hour": 13, "channel": "web"},
+    {"user_id": 250, "merchant_id": 88, "amount": 980.0, "hour": 3, "channel": "app"},
+    {"user_id": 401, "merchant_id": 12, "amount": 12.0, "hour": 20, "channel": "pos"},
+]
+
+
+def expected_scores(stack: Stack, rows: list[dict[str, Any]]) -> np.ndarray:
+    """The trained model on the same online features, assembled in training column order."""
+    from feature_repo import SERVICE
+
+    service = stack.store.get_feature_service(SERVICE)
+    keys = [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in rows]
+    online = stack.store.get_online_features(features=service, entity_rows=keys).to_dict()
+    trained = stack.trained
+    full = [{c: r[c] if c in r else online[c][i] for c in trained.columns} for i, r in enumerate(rows)]
+    frame = trained.input_frame(full)
+    for column in frame.columns:  # the model input carries numbers as float32, as Triton gets them
+        if column not in trained.string_columns:
+            frame[column] = frame[column].astype(np.float32).astype(np.float64)
+    return trained.model.predict_proba(frame)[:, 1]
+
+
+def online_complete(stack: Stack, row: dict[str, Any]) -> bool:
+    from feature_repo import SERVICE
+
+    keys = {"user_id": row["user_id"], "merchant_id": row["merchant_id"]}
+    values = stack.store.get_online_features(
+        features=stack.store.get_feature_service(SERVICE), entity_rows=[keys]
+    ).to_dict()
+    return all(v[0] is not None for k, v in values.items() if k not in keys)
+
+
+def predict(gw: servers.Gateway, body: Any, model: str = MODEL, **kwargs: Any) -> requests.Response:
+    return requests.post(f"{gw.url}/v1/models/{model}/predict", json=body, timeout=10, **kwargs)
+
+
+def like_training(stack: Stack, n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` rows drawn from the rows the model was fitted on (the training frame's first 80 %,
+    as demo/train.py splits it): their entity keys and request fields. A row the point-in-time
+    join left without user features gets a user the online store does not know, so the gateway
+    sees it without them too (18 % of the rows: users who joined late, a snapshot missed)."""
+    from support.train import ENTITY_KEYS, REQUEST_FIELDS, demo_training_frame
+
+    frame = demo_training_frame(stack.store)
+    frame = frame.head(int(len(frame) * 0.8)).sample(n, random_state=seed)
+    kinds = {"amount": float, "hour": int, "channel": str}
+    rows = []
+    for i, r in enumerate(frame.to_dict("records")):
+        row = {**{k: int(r[k]) for k in ENTITY_KEYS}, **{f: kinds[f](r[f]) for f in REQUEST_FIELDS}}
+        if np.isnan(r["user_age_days"]):
+            row["user_id"] = 10**6 + i  # no such user online
+        rows.append(row)
+    return rows
+
+
+def send(gw: servers.Gateway, rows: list[dict[str, Any]]) -> None:
+    with requests.Session() as session:
+        for i in range(0, len(rows), BATCH):
+            response = session.post(
+                f"{gw.url}/v1/models/{MODEL}/predict", json={"rows": rows[i : i + BATCH]}, timeout=10
+            )
+            assert response.status_code == 200, response.text
+
+
+def rank_auc(truth: np.ndarray, score: np.ndarray) -> float:
+    """AUC as the share of (positive, negative) pairs ordered right, ties half."""
+    pos, neg = score[truth], score[~truth]
+    wins = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(wins / (len(pos) * len(neg)))
+
+
+SOURCE_YAML = Path(__file__).resolve().parents[2] / "feature_repo" / "feature_store.yaml"
+
+
+SERVICE = "shop_v1"
+
+
+ONLINE = ["segment", "spend_30d", "visits_30d"]  # the feature view's features (String, Float64, Float64)
+
+
+REQUEST = ["amount", "channel"]
+
+
+CHANNELS = ["web", "app", "store"]
+
+
+SEGMENTS = ["gold", "silver", "bronze"]
+
+
+CUSTOMERS = [f"C-{i:04d}" for i in range(1, 201)]
+
+
+def typed_feature_repo(root: Path) -> Any:
+    """A Feast repo with a STRING-keyed ``customer`` entity and one view, applied and materialized."""
+    from feast import Entity, FeatureService, FeatureView, Field, FileSource, ValueType
+    from feast.types import Float64, String
+
+    from feast_access.store import open_store
+
+    (root / "data").mkdir(parents=True)
+    shutil.copy(SOURCE_YAML, root / "feature_store.yaml")
+    rng = np.random.default_rng(7)
+    now = pd.Timestamp.now(tz="UTC")
+    snapshot = pd.DataFrame(
+        {
+            "customer_id": CUSTOMERS,
+            "segment": rng.choice(SEGMENTS, len(CUSTOMERS)),
+            "spend_30d": rng.gamma(2.0, 50.0, len(CUSTOMERS)).round(2),
+            "visits_30d": rng.poisson(4, len(CUSTOMERS)).astype(float),
+            "event_timestamp": now - pd.Timedelta(hours=1),
+            "created_timestamp": now - pd.Timedelta(hours=1),
+        }
+    )
+    snapshot.to_parquet(root / "data" / "customer_stats.parquet")
+    customer = Entity(name="customer", join_keys=["customer_id"], value_type=ValueType.STRING)
+    view = FeatureView(
+        name="customer_stats",
+        entities=[customer],
+        ttl=timedelta(days=2),
+        schema=[
+            Field(name="segment", dtype=String),
+            Field(name="spend_30d", dtype=Float64),
+            Field(name="visits_30d", dtype=Float64),
+        ],
+        source=FileSource(
+            name="customer_stats_source",
+            path="data/customer_stats.parquet",
+            timestamp_field="event_timestamp",
+            created_timestamp_column="created_timestamp",
+        ),
+        online=True,
+    )
+    store = open_store(root)
+    store.apply([customer, view, FeatureService(name=SERVICE, features=[view])])
+    store.materialize_incremental(end_date=datetime.now(UTC))
+    return store, snapshot
+
+
+def typed_pipeline(final: Any) -> Any:
+    from sklearn.compose import ColumnTransformer
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline, make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    columns = ColumnTransformer(
+        [
+            ("categories", OneHotEncoder(handle_unknown="ignore"), ["channel", "segment"]),
+            # the imputer reads NaN, the stand-in for a missing online number
+            (
+                "numbers",
+                make_pipeline(SimpleImputer(), StandardScaler()),
+                ["amount", "spend_30d", "visits_30d"],
+            ),
+        ]
+    )
+    return Pipeline([("columns", columns), ("model", final)])
+
+
+def register_typed(name: str, model: Any, X: pd.DataFrame, params: dict[str, float] | None = None) -> None:
+    import mlflow
+    from mlflow import MlflowClient
+    from skops.io import dumps, get_untrusted_types
+
+    with mlflow.start_run():
+        mlflow.set_tags(
+            {
+                "feast.feature_service": SERVICE,
+                "feast.entity_keys": "customer_id",
+                "feast.request_fields": ",".join(REQUEST),
+            }
+        )
+        if params:
+            mlflow.log_params(params)
+        info = mlflow.sklearn.log_model(
+            model,
+            name="model",
+            input_example=X.iloc[:5],
+            registered_model_name=name,
+            skops_trusted_types=get_untrusted_types(data=dumps(model)),
+            pip_requirements=["scikit-learn"],  # given: inferring them takes seconds
+        )
+    MlflowClient().set_registered_model_alias(name, "champion", str(info.registered_model_version))
+
+
+BATCH = 16  # the session env's GATEWAY_MAX_BATCH_ROWS
