@@ -29,7 +29,7 @@ FLAVOR_EXTRAS: dict[str, tuple[str, tuple[str, ...]]] = {
 EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {
     "torch": ("torch", "onnxscript"),
     "keras": ("tensorflow-cpu", "keras", "tf2onnx"),
-    "boosting": ("xgboost", "lightgbm", "onnxmltools"),
+    "boosting": ("xgboost-cpu", "lightgbm", "onnxmltools"),
     "catboost": ("catboost",),
 }
 

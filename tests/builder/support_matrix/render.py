@@ -16,7 +16,7 @@ PINNED = (
     "scikit-learn",
     "skl2onnx",
     "onnxmltools",
-    "xgboost",
+    "xgboost-cpu",
     "lightgbm",
     "catboost",
     "tensorflow-cpu",
