@@ -22,6 +22,7 @@ PYTEST_ARGS ?=
 # two of them cut the wall time (three were 4 % faster and less steady: docs/testing.md).
 # --no-loadscope-reorder: the workers get the longest files first (tests/conftest.py's
 # LONGEST_FIRST), not xdist's files-with-most-tests first. PYTEST_WORKERS=0 runs in one process.
+# --durations=15: the slowest steps, for docs/testing.md and for noticing a test that grew.
 PYTEST_WORKERS ?= 2
 
 .PHONY: setup setup-demo venv venv-core runtime redis wrk haproxy chromium prometheus perf-analyzer test demo bench gpu-check lint image image-check clean help
@@ -131,7 +132,7 @@ perf-analyzer: runtime
 	@$(BIN)/python -m support.perf_analyzer >/dev/null
 
 test: setup chromium prometheus perf-analyzer haproxy lint
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 demo: setup-demo
 	$(BIN)/python demo/run_demo.py
