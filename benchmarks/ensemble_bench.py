@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import report
-from support import load
+from builder.tune import load
 
 MODEL, FUSED = "ens", "ensf"
 PATHS = {"bare": MODEL, "steps": f"{MODEL}_ensemble", "fused": f"{FUSED}_ensemble"}

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.locust_bench import to_markdown as locust_markdown
 from benchmarks.shim_bench import to_markdown as shim_markdown
 from builder.tune.load import Segment
 
@@ -121,6 +122,9 @@ def to_markdown(report: dict[str, Any]) -> str:
     if "shim" in report:
         lines += ["", "## (g) The embedded runtime's onnxruntime shim against its floor (issue 16)", ""]
         lines += [shim_markdown(report["shim"])]
+    if "locust" in report:
+        lines += ["", "## (h) The load generator's ceiling: one Locust process vs a master and 2 workers", ""]
+        lines += [locust_markdown(report["locust"])]
     return "\n".join(lines)
 
 

@@ -23,6 +23,8 @@ What it does, start to finish, in a throwaway MLflow registry and model reposito
    the demo's typed model too;
 9. (g) the embedded runtime's onnxruntime shim against its floor: a Python-backend model that
    returns its inputs, plus ``session.run`` in-process (``shim_bench.py``);
+   (h) the load generator's own ceiling: one Locust process against a master and 2 workers
+   (``locust_bench.py``);
 10. prints a markdown table and writes ``benchmarks/results/<UTC timestamp>.json`` and
    ``benchmarks/results/latest.md`` (and ``gateway-profile.txt``).
 
@@ -55,11 +57,12 @@ from benchmarks import (  # noqa: E402
     ensemble_bench,
     gateway_bench,
     gpu_routes,
+    locust_bench,
     peer_bench,
     report,
     shim_bench,
 )
-from support import load  # noqa: E402
+from builder.tune import load  # noqa: E402
 
 _VERSIONED = ("mlflow", "scikit-learn", "onnxruntime", "tritonclient", "grpcio", "numpy")
 MODEL = "fraud"
@@ -82,11 +85,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "benchmarks" / "results")
     parser.add_argument(
         "--only",
-        choices=("triton", "gateway", "evidence", "gpu", "ensemble", "peer", "shim"),
+        choices=("triton", "gateway", "evidence", "gpu", "ensemble", "peer", "shim", "locust"),
         help="run one part: (a)+(b), (c), (c)'s evidence-store on vs off alone, (d), (e), (f) or (g)",
     )
     gateway_bench.add_arguments(parser)
     shim_bench.add_arguments(parser)
+    locust_bench.add_arguments(parser)
     gpu_routes.add_arguments(parser)
     args = parser.parse_args(argv)
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -281,6 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ensemble_bench.EnsembleBenchError,
         peer_bench.PeerBenchError,
         shim_bench.ShimBenchError,
+        locust_bench.LocustBenchError,
     ) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1
@@ -310,6 +315,8 @@ def run(args: argparse.Namespace) -> int:
             result["peer"] = peer_bench.run(args, runtime, root / "peer", say)
         if args.only in (None, "shim"):
             result["shim"] = shim_bench.run(args, runtime, root / "shim", say)
+        if args.only in (None, "locust"):
+            result["locust"] = locust_bench.run(args, root / "locust", say)
     version = (
         result.pop("triton_version", None)
         or result.get("gateway", {}).get("triton_version")

@@ -25,7 +25,14 @@ from loadtests.criteria import window_seconds
 from loadtests.entities import default_feature_repo
 from loadtests.errors import EXIT_CODES, EXIT_EVIDENCE_MISSED, EXIT_PASS, GateError, SlaFileError, UsageError
 from loadtests.evidence import FETCH_TIMEOUT_S, EvidenceSource, Subject, collect_evidence
-from loadtests.gate import GateRequest, default_out_dir, describe_request, parse_duration, run_gate
+from loadtests.gate import (
+    GateRequest,
+    default_out_dir,
+    describe_request,
+    parse_duration,
+    parse_workers,
+    run_gate,
+)
 from loadtests.promotion import evidence_passed, judge, promotion_summary
 from loadtests.report import print_evidence, print_report, write_markdown, write_summary
 from loadtests.runner import STARTUP_ALLOWANCE_S, STOP_TIMEOUT_S
@@ -173,6 +180,25 @@ def gate(
     evidence_timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds per evidence request to the gateway")
     ] = FETCH_TIMEOUT_S,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Locust worker processes started here (its distributed mode, about one per core; "
+            "this process is the master); 0: one Locust process",
+        ),
+    ] = 0,
+    remote_workers: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Locust workers started elsewhere (worker pods) that connect to --master-bind; "
+            "the load waits for all of them",
+        ),
+    ] = 0,
+    master_bind: Annotated[
+        str, typer.Option(help="HOST:PORT the master listens on for --remote-workers")
+    ] = "0.0.0.0:5557",
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON on stdout")] = False,
 ) -> None:
     """Check the target answers, run Locust headless against it, and judge every SLA line.
@@ -210,11 +236,13 @@ def gate(
             hard_timeout_s=timeout,
             evidence=_evidence_source(gateway, shadow, quality, api_key_env, evidence_timeout),
             challenger_version=challenger_version,
+            workers=parse_workers(workers, remote_workers, master_bind),
         )
         console.print(
             escape(
                 f"gate: {request.user_class} on {target}, {users} users, {request.shape}, "
                 f"{request.run_time_s} s, SLA {request.sla_path}"
+                + (f", {request.workers.count} Locust workers" if request.workers else "")
             ),
             soft_wrap=True,
         )

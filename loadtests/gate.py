@@ -30,7 +30,7 @@ from loadtests.evidence import Evidence, EvidenceSource, Subject, collect_eviden
 from loadtests.plot import PlotSkipped, limits_from_sla, plot_latency
 from loadtests.probe import check_target, make_probe
 from loadtests.promotion import EvidenceCheck, evidence_passed, judge, promotion_summary
-from loadtests.runner import LocustRun, log_tail, run_locust
+from loadtests.runner import LocustRun, Workers, log_tail, run_locust
 from loadtests.settings import LoadOptions
 from loadtests.sla import Sla, load_sla
 from loadtests.stats import EndpointStats, read_failures, read_history, read_stats
@@ -74,6 +74,7 @@ class GateRequest:
     hard_timeout_s: float | None = None
     evidence: EvidenceSource | None = None  # where the promotion section's evidence comes from
     challenger_version: str | None = None  # the evidence must be about this challenger
+    workers: Workers | None = None  # Locust's distributed mode (loadtests/runner.py); None: one process
 
 
 @dataclass
@@ -90,6 +91,21 @@ class GateResult:
     latency_passed: bool | None = None  # None: read ``passed`` (no promotion section)
 
 
+def parse_workers(local: int, remote: int, master_bind: str) -> Workers | None:
+    """``--workers``/``--remote-workers``/``--master-bind`` as a Workers (None: one process)."""
+    if local and remote:
+        raise UsageError(
+            "--workers and --remote-workers both given",
+            hint="the workers are started here or elsewhere, not both",
+        )
+    if not remote:
+        return Workers(local) if local else None
+    host, _, port = master_bind.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--master-bind {master_bind!r} is not HOST:PORT", hint="e.g. 0.0.0.0:5557")
+    return Workers(remote, local=False, bind_host=host, bind_port=int(port))
+
+
 def describe_request(request: GateRequest) -> dict[str, Any]:
     """The run's parameters, as recorded in summary.json."""
     return {
@@ -103,7 +119,14 @@ def describe_request(request: GateRequest) -> dict[str, Any]:
         "model": request.options.model,
         "model_version": request.options.model_version,
         "rows_per_request": request.options.rows_per_request,
+        "workers": _describe_workers(request.workers),
     }
+
+
+def _describe_workers(workers: Workers | None) -> dict[str, Any] | None:
+    if workers is None:
+        return None
+    return {"count": workers.count, "where": "local" if workers.local else "remote"}
 
 
 def _gate_sla(request: GateRequest) -> Sla:
@@ -139,6 +162,11 @@ def run_gate(request: GateRequest) -> GateResult:
         raise UsageError(f"unknown user class {request.user_class!r}", hint="use " + ", ".join(USER_CLASSES))
     if request.users < 1 or request.spawn_rate <= 0:
         raise UsageError("--users must be at least 1 and --spawn-rate above 0")
+    if request.workers is not None and request.users < request.workers.count:
+        raise UsageError(
+            f"--users {request.users} for {request.workers.count} Locust workers: a worker would get no user",
+            hint="ask for at least as many users as workers",
+        )
     user_class = USER_CLASSES[request.user_class]
     target = normalize_target(user_class, request.target)
     sla = _gate_sla(request)
@@ -161,6 +189,7 @@ def run_gate(request: GateRequest) -> GateResult:
         out_dir=request.out_dir.absolute(),
         options=request.options,
         hard_timeout_s=request.hard_timeout_s,
+        workers=request.workers,
     )
     started_at = datetime.now(UTC)
     start = time.monotonic()
