@@ -27,6 +27,7 @@ from serving_contract.types import (
     ClassLabel,
     Column,
     ContractError,
+    Explainer,
     Kind,
     Layout,
     OutlierScore,
@@ -54,6 +55,7 @@ class ServingContract:
     # The run's feast.* tags as logged (full keys): the feature service, its join keys, the
     # request-time fields, and any other the run has.
     feast: Mapping[str, str] = field(default_factory=dict)
+    explainer: Explainer | None = None  # the model that explains this one (docs/explain.md)
 
     # -- typed views -------------------------------------------------------------------------
 
@@ -115,6 +117,8 @@ class ServingContract:
         facts.update({k: v for k, v in optional.items() if v is not None})
         if self.string_ops:
             facts[keys.STRING_OPS] = True
+        if self.explainer is not None:
+            facts[keys.EXPLAINER] = self.explainer.to_dict()
         return facts
 
     def to_metadata(self) -> dict[str, Any]:

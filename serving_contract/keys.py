@@ -27,6 +27,8 @@ SCORE: Final = "score"
 CLUSTERS: Final = "clusters"
 DECISION_THRESHOLD: Final = "decision_threshold"
 STRING_OPS: Final = "string_ops"
+# The model's explainer (docs/explain.md): a JSON object with the fields below.
+EXPLAINER: Final = "explainer"
 FACTS: Final = (
     LAYOUT,
     COLUMNS,
@@ -39,12 +41,25 @@ FACTS: Final = (
     CLUSTERS,
     DECISION_THRESHOLD,
     STRING_OPS,
+    EXPLAINER,
 )
 # A column of ``columns`` and the outlier ``score``'s fields.
 COLUMN_NAME: Final = "name"
 COLUMN_DTYPE: Final = "dtype"
 SCORE_SOURCE: Final = "source"
 SCORE_OUTLIER_BELOW: Final = "outlier_below"
+
+# ``explainer``'s fields: the explainer model's name in the repository, its method
+# (``tree_path_dependent`` or ``linear_interventional``), the units of the values (``log_odds``,
+# ``probability``, ``raw``), what each of its outputs explains (a class label, or the
+# prediction), and the names of its two output tensors (rows x columns x outputs, and rows x
+# outputs); the columns are the contract's ``columns``, in that order.
+EXPLAINER_MODEL: Final = "model"
+EXPLAINER_METHOD: Final = "method"
+EXPLAINER_UNITS: Final = "units"
+EXPLAINER_OUTPUTS: Final = "outputs"
+EXPLAINER_CONTRIBUTIONS: Final = "contributions"
+EXPLAINER_BASE_VALUE: Final = "base_value"
 
 _SERVING_PREFIX: Final = f"{SERVING}."
 
@@ -79,3 +94,13 @@ EXPORT_LABEL: Final = "builder.export"
 DRIFT_REFERENCE: Final = "drift.reference"
 CHAMPION_VERSION: Final = parameter("champion_version")
 VERSION_PARAMETERS: Final = frozenset({EXPORT_IDENTITY, EXPORT_LABEL, DRIFT_REFERENCE, CHAMPION_VERSION})
+# An explainer's own config parameter: the model and version it explains and that export's
+# identity (JSON ``{model, version, identity}``), which ``builder validate`` compares with the
+# model's config.
+EXPLAINS: Final = "builder.explains"
+EXPLAINS_MODEL: Final = "model"
+EXPLAINS_VERSION: Final = "version"
+EXPLAINS_IDENTITY: Final = "identity"
+# The training run's tag asking every export of its model for an explainer (``true``/``false``;
+# ``builder export --explain``/``--no-explain`` overrides it).
+EXPLAIN_TAG: Final = "builder.explain"

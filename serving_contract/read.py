@@ -26,6 +26,7 @@ from serving_contract.types import (
     ClassLabel,
     Column,
     ContractError,
+    Explainer,
     Kind,
     OutlierScore,
     OutputRoles,
@@ -149,6 +150,7 @@ def read(src: _Source, feast: dict[str, str], check: bool) -> dict[str, Any]:
         decision_threshold=threshold,
         string_ops=src.flag(keys.STRING_OPS) if src.has(keys.STRING_OPS) else False,
         feast=feast,
+        explainer=_explainer(src) if src.has(keys.EXPLAINER) else None,
     )
 
 
@@ -277,3 +279,35 @@ def _outlier_score(src: _Source, check: bool) -> OutlierScore | None:
             f"got {src.shown(keys.SCORE)}"
         )
     return OutlierScore(source, float(below))
+
+
+def _explainer(src: _Source) -> Explainer:
+    key = keys.parameter(keys.EXPLAINER)
+    raw = src.json(keys.EXPLAINER)
+    fields = (
+        keys.EXPLAINER_MODEL,
+        keys.EXPLAINER_METHOD,
+        keys.EXPLAINER_UNITS,
+        keys.EXPLAINER_CONTRIBUTIONS,
+        keys.EXPLAINER_BASE_VALUE,
+    )
+    outputs = raw.get(keys.EXPLAINER_OUTPUTS) if isinstance(raw, dict) else None
+    if (
+        not isinstance(raw, dict)
+        or not all(isinstance(raw.get(f), str) and raw.get(f) for f in fields)
+        or not isinstance(outputs, list)
+        or not outputs
+        or not all(isinstance(o, bool | int | float | str) for o in outputs)
+    ):
+        raise ContractError(
+            f"{key} must be a JSON object with {', '.join(fields)} (text) and "
+            f"{keys.EXPLAINER_OUTPUTS} (a non-empty list), got {src.shown(keys.EXPLAINER)}"
+        )
+    return Explainer(
+        model=raw[keys.EXPLAINER_MODEL],
+        method=raw[keys.EXPLAINER_METHOD],
+        units=raw[keys.EXPLAINER_UNITS],
+        outputs=tuple(outputs),
+        contributions=raw[keys.EXPLAINER_CONTRIBUTIONS],
+        base_value=raw[keys.EXPLAINER_BASE_VALUE],
+    )

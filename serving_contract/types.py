@@ -61,6 +61,31 @@ class OutlierScore:
         return {keys.SCORE_SOURCE: self.source, keys.SCORE_OUTLIER_BELOW: self.outlier_below}
 
 
+@dataclass(frozen=True)
+class Explainer:
+    """``serving.explainer``: the model that explains this one (docs/explain.md). Its
+    ``contributions`` output is rows x columns x outputs (the contract's ``columns``, in order;
+    ``outputs`` says what each explains: a class label, or ``"prediction"``), its
+    ``base_value`` output rows x outputs; contributions plus base value are the raw score."""
+
+    model: str
+    method: str  # tree_path_dependent | linear_interventional
+    units: str  # log_odds | probability | raw
+    outputs: tuple[ClassLabel, ...]
+    contributions: str = "contributions"
+    base_value: str = "base_value"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            keys.EXPLAINER_MODEL: self.model,
+            keys.EXPLAINER_METHOD: self.method,
+            keys.EXPLAINER_UNITS: self.units,
+            keys.EXPLAINER_OUTPUTS: list(self.outputs),
+            keys.EXPLAINER_CONTRIBUTIONS: self.contributions,
+            keys.EXPLAINER_BASE_VALUE: self.base_value,
+        }
+
+
 def names(text: str, key: str) -> tuple[str, ...]:
     """A list of names as a tag holds it: JSON (``["a", "b"]``) or comma-separated (``a,b``)."""
     text = text.strip()

@@ -112,6 +112,14 @@ def export(
             "same serving contract); a later plain export promotes it"
         ),
     ] = False,
+    explain: Annotated[
+        bool | None,
+        typer.Option(
+            "--explain/--no-explain",
+            help="Also write NAME_explain: exact SHAP values per input column (docs/explain.md); "
+            "default: the run's tag builder.explain",
+        ),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout")] = False,
 ) -> None:
     """Export a registry model to ONNX, check parity, and write it into a Triton model repository."""
@@ -151,6 +159,7 @@ def export(
             reference=reference,
             force=force,
             keep_serving=keep_serving,
+            explain=explain,
             formats=formats,
             tensorrt=PlanOptions(
                 precision=plan_precision,

@@ -21,6 +21,7 @@ from builder.ensemble.plan import MODES, EnsemblePlan
 from builder.ensemble.user_step_models import StepModel
 from builder.ensemble.user_steps import UserStep
 from builder.errors import UsageError
+from builder.explain.build import Explainer
 from builder.export.drift_reference import Drift
 from builder.kinds import ModelKind
 from builder.parity.compare import DEFAULT_ATOL, DEFAULT_RTOL, GraphSession, ParityReport
@@ -64,6 +65,8 @@ class ExportRequest:
     # config for the gateway, which names its version), until a plain export promotes it
     # (export/keep_serving.py).
     keep_serving: bool = False
+    # Write <name>_explain, the exact explainer (docs/explain.md); None: as the run's tag says.
+    explain: bool | None = None
 
     def __post_init__(self) -> None:
         if self.ensemble_spec is not None and not self.ensemble:
@@ -84,6 +87,13 @@ class ExportRequest:
                 "each step, so two versions of it cannot serve side by side",
                 hint="export the challenger without --ensemble, or under its own name (--name) "
                 "and shadow that model instead",
+            )
+        if self.keep_serving and self.explain:
+            raise UsageError(
+                "--keep-serving cannot be used with --explain: the explainer of the challenger "
+                "would replace the champion's",
+                hint="export the challenger without --explain; its promotion (a plain export) "
+                "can write the explainer",
             )
         if self.keep_serving and self.serving.version_policy != VersionPolicy():
             raise UsageError(
@@ -170,8 +180,9 @@ class ExportContext:
     session: GraphSession = field(init=False, repr=False)  # its one onnxruntime session
     parity: ParityReport = field(init=False, repr=False)
     onnx_outputs: dict[str, np.ndarray] = field(init=False, repr=False)  # the session's outputs on the feeds
-    # set by Reference (a serving step's export: by _step_export), Describe, Plan, Write
+    # set by Reference (a serving step's export: by _step_export), Explain, Describe, Plan, Write
     drift: Drift = field(init=False, repr=False)
+    explainer: Explainer | None = None  # set by Explain: None unless asked (--explain, the run's tag)
     artifacts: list[ModelArtifact] = field(default_factory=list)
     plan_parity: ParityReport | None = None  # None: no plan
     written: list[WriteResult] = field(default_factory=list)

@@ -30,6 +30,7 @@ from builder.repository.triton_config import onnx_model_config
 from builder.repository.write import ModelArtifact
 from builder.tensors import TensorSpec, graph_tensors
 from serving_contract import Column, Dtype, Layout, ServingContract, feast_tags, keys
+from serving_contract import Explainer as ContractExplainer
 
 if TYPE_CHECKING:
     from builder.export.context import ExportContext, ExportRequest
@@ -62,7 +63,11 @@ def decision_threshold(model: RegistryModel, kind: ModelKind) -> float | None:
 
 
 def serving_contract(
-    model: RegistryModel, inputs: ModelInputs, kind: ModelKind, graph: onnx.ModelProto
+    model: RegistryModel,
+    inputs: ModelInputs,
+    kind: ModelKind,
+    graph: onnx.ModelProto,
+    explainer: ContractExplainer | None = None,
 ) -> ServingContract:
     """The serving contract of the exported model: its inputs' layout and columns, what its kind
     answers, the run's decision threshold and ``feast.*`` tags (feature service, entity keys,
@@ -76,6 +81,7 @@ def serving_contract(
         decision_threshold=decision_threshold(model, kind),
         string_ops=uses_string_ops(graph),
         feast=feast_tags(model.run_tags),
+        explainer=explainer,
     )
 
 
@@ -90,7 +96,7 @@ def warmup_bytes(tensor: TensorSpec, row: np.ndarray) -> bytes:
     return np.ascontiguousarray(row).tobytes()
 
 
-def _identity(request: ExportRequest, model: RegistryModel) -> str:
+def _identity(request: ExportRequest, model: RegistryModel, explained: bool = False) -> str:
     """Same registry version, run, builder and conversion settings = the same export."""
     key = {
         "registered_name": model.registered_name,
@@ -107,6 +113,8 @@ def _identity(request: ExportRequest, model: RegistryModel) -> str:
         # A reference file is not part of the run: another file is another export. (Without one,
         # the run's own artifact is, and identities stay what they were before drift.)
         key["reference_sha256"] = hashlib.sha256(request.reference.read_bytes()).hexdigest()
+    if explained:  # the config names the explainer (without one, identities stay as they were)
+        key["explain"] = True
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
 
 
@@ -144,7 +152,12 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
         raise UsageError(
             f"{model.ref} has tensors without a variable batch dimension; export with --max-batch-size 0"
         )
-    contract = serving_contract(model, inputs, ctx.kind, graph)
+    explained = None
+    if ctx.explainer is not None:
+        from builder.explain.artifact import contract_explainer
+
+        explained = contract_explainer(ctx.name, ctx.explainer)
+    contract = serving_contract(model, inputs, ctx.kind, graph, explained)
     params = contract.to_parameters()
     drift = ctx.drift
     reference = drift.parameter()
@@ -197,11 +210,15 @@ def model_artifacts(ctx: ExportContext) -> list[ModelArtifact]:
             version_files={"model.onnx": onnx_bytes},
             model_files=warmup if options.warmup else {},
             metadata=metadata,
-            identity=_identity(request, model),
+            identity=_identity(request, model, ctx.explainer is not None),
         )
     ]
     if ctx.ensemble is not None:
         artifacts += _ensemble(ctx, artifacts[0], params, drift)
+    if ctx.explainer is not None:
+        from builder.explain.artifact import explainer_artifact
+
+        artifacts.append(explainer_artifact(ctx, ctx.explainer, artifacts[0].identity))
     return artifacts
 
 

@@ -396,6 +396,27 @@ class Reference(Step):
         return f"{ref['rows']} rows, {len(ref['features'])} columns{prediction} ({ref['source']})"
 
 
+class Explain(Step):
+    """``--explain`` (or the run's tag): the model's exact explainer, built and checked against
+    shap on the parity rows before anything is written (builder/explain/)."""
+
+    def title(self, ctx: ExportContext) -> str:
+        return "build the explainer"
+
+    def run(self, ctx: ExportContext, timed: Timed) -> str:
+        from builder.explain.artifact import want_explainer
+
+        if not want_explainer(ctx):
+            return "not asked (--explain)"
+        from builder.explain.build import build_explainer
+
+        ctx.explainer = found = build_explainer(ctx)
+        return (
+            f"{found.method}, {found.units}, {len(found.columns)} columns x {len(found.outputs)} "
+            f"output(s), max abs err vs shap {found.max_abs_err:.2g} on {found.rows} rows"
+        )
+
+
 class Describe(Step):
     def title(self, ctx: ExportContext) -> str:
         return "describe config and metadata"
@@ -471,7 +492,7 @@ def pipeline(ctx: ExportContext) -> list[Step]:
     steps: list[Step] = [Resolve()]
     if ensemble:  # everything the ensemble needs from the run, before any conversion work
         steps += [ServingSteps(), StepModels((Resolve,)), PlanEnsemble()]
-    steps += [Load(), ParityRows(), Convert(), Parity(), Reference()]
+    steps += [Load(), ParityRows(), Convert(), Parity(), Reference(), Explain()]
     steps += [*([StepModels((Load, ParityRows, Convert, Parity, Describe))] if ensemble else []), Describe()]
     if ctx.preflight is not None:
         steps.append(Plan(ctx.preflight))

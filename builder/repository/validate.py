@@ -19,6 +19,7 @@ import onnx
 from google.protobuf import text_format
 
 from builder.repository.triton_config import ModelConfig, parse_pbtxt
+from builder.repository.validate_explain import check_explainers
 from builder.repository.write import (
     EXPORT_PARAMETER,
     STAGING_PREFIX,
@@ -63,6 +64,7 @@ def validate_repository(repo: Path) -> tuple[list[ModelEntry], list[str]]:
         if entry.config.platform == "ensemble":
             _check_ensemble(entry, entries, problems)
             _check_one_export(repo, entry, entries, problems)
+    check_explainers(entries, problems)
     return list(entries.values()), problems
 
 

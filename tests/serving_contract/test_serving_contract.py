@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from serving_contract import Column, ContractError, OutlierScore, ServingContract, keys
+from serving_contract import Column, ContractError, Explainer, OutlierScore, ServingContract, keys
 
 ROOT = Path(__file__).resolve().parents[2]
 FEAST = {
@@ -59,6 +59,7 @@ CONTRACTS = {
         classes=("low", "mid", "high"),
         outputs={"label": "label", "probabilities": "probabilities"},
         feast=FEAST,
+        explainer=Explainer("m_explain", "tree_path_dependent", "log_odds", ("low", "mid", "high")),
     ),
     "regression-3-targets": ServingContract(
         layout="columns",
@@ -134,6 +135,14 @@ def test_the_written_text_is_the_documented_one() -> None:
     assert CONTRACTS["regression-3-targets"].to_parameters()["serving.targets"] == "3"
     assert CONTRACTS["cluster"].to_parameters()["serving.clusters"] == "4"
     assert CONTRACTS["multiclass-strings"].facts()["classes"] == ["low", "mid", "high"]
+    assert json.loads(CONTRACTS["multiclass-strings"].to_parameters()["serving.explainer"]) == {
+        "model": "m_explain",
+        "method": "tree_path_dependent",
+        "units": "log_odds",
+        "outputs": ["low", "mid", "high"],
+        "contributions": "contributions",
+        "base_value": "base_value",
+    }
     other = CONTRACTS["other"].to_parameters()
     assert other == {"serving.layout": "tensors", "serving.kind": "other", "serving.outputs": "{}"}
 

@@ -1,0 +1,1 @@
+"""Exact SHAP explanations served beside an exported model (docs/explain.md)."""
