@@ -14,6 +14,7 @@ Feast whose layout the readers do not know.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -158,11 +159,37 @@ def _kind_of(store: Any, name: str) -> str:
     return "not a feature view in the registry"
 
 
+REFUSED_FILE = "refused.json"  # beside the specs: the services left to the SDK's read, and why
+
+
+def spec_path(folder: Path, service: str) -> Path:
+    """Where a folder of compiled specs keeps ``service``'s."""
+    return folder / f"{service}.json"
+
+
+def compile_repository(store: Any, folder: Path, full_feature_names: bool = False) -> dict[str, str]:
+    """Every feature service of ``store``'s registry compiled into ``folder`` (one
+    ``<service>.json`` each), the ones the direct readers cannot serve listed with their reason
+    in ``refused.json``; returns that list. A deploy step: the gateway then opens the folder."""
+    refused: dict[str, str] = {}
+    for service in sorted(s.name for s in store.list_feature_services()):
+        try:
+            write_spec(compile_service(store, service, full_feature_names), spec_path(folder, service))
+        except Unservable as exc:
+            refused[service] = str(exc)
+    _write_atomically(folder / REFUSED_FILE, json.dumps(refused, indent=2, sort_keys=True) + "\n")
+    return refused
+
+
 def write_spec(spec: ServiceSpec, path: Path) -> None:
     """``spec`` as JSON at ``path``, atomically: a reader never sees half a file."""
+    _write_atomically(path, spec.to_json())
+
+
+def _write_atomically(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
-        tmp.write(spec.to_json())
+        tmp.write(text)
     os.replace(tmp.name, path)
 
 

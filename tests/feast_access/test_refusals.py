@@ -5,12 +5,13 @@ a layout they do not know, the request's own errors for keys the store cannot ho
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from feast_access.online.compile import compile_service, main
+from feast_access.online.compile import REFUSED_FILE, compile_repository, compile_service, main, spec_path
 from feast_access.online.errors import LayoutError, Unservable
 from feast_access.online.reader import open_reader
 from feast_access.online.spec import ServiceSpec, StoreSpec
@@ -164,3 +165,13 @@ def test_redis_store_spec_on_sqlite_reader_refused(spec: ServiceSpec) -> None:
     redis_spec = dataclasses.replace(spec, store=StoreSpec(type="redis", connection_string="127.0.0.1:1"))
     with pytest.raises(LayoutError, match="is for a redis store, not sqlite"):
         SqliteReader(redis_spec)
+
+
+def test_a_repository_compiles_into_a_folder_with_its_refusals(store: Any, tmp_path: Path) -> None:
+    """Every service a spec, each one the readers cannot serve named in refused.json with why."""
+    refused = compile_repository(store, tmp_path / "specs")
+    assert open_reader(spec_path(tmp_path / "specs", helpers.EVERYTHING)).spec.service == helpers.EVERYTHING
+    assert "on-demand view" in refused[helpers.ON_DEMAND]
+    assert not spec_path(tmp_path / "specs", helpers.ON_DEMAND).exists()
+    assert json.loads((tmp_path / "specs" / REFUSED_FILE).read_text()) == refused
+    assert not [p for p in (tmp_path / "specs").iterdir() if p.name.startswith(".")]  # no temp files left
