@@ -154,7 +154,7 @@ def model_spec(triton_url: str, feature_repo: Path, online_store: str) -> ModelS
     import tritonclient.grpc as grpcclient
 
     from gateway.catalog import feature_service_of, spec_from_config
-    from gateway.features import OnlineFeatures
+    from gateway.clients.features import OnlineFeatures
 
     client = grpcclient.InferenceServerClient(triton_url)
     try:
@@ -184,7 +184,7 @@ def direct_inputs(
 
 def time_feature_read(store: Any, rows: list[dict[str, Any]], seconds: float) -> list[dict[str, Any]]:
     """The Feast in-process online read for one row, back to back on this thread: the call alone,
-    and with ``to_dict(include_event_timestamps=True)`` as gateway/features.py does it."""
+    and with ``to_dict(include_event_timestamps=True)`` as gateway/clients/features.py does it."""
     from feature_repo import SERVICE
 
     service = store.get_feature_service(SERVICE)
@@ -278,9 +278,11 @@ def check_answers(
     import requests
     import tritonclient.grpc as grpcclient
 
+    from gateway.clients.triton_grpc import (
+        infer_inputs,  # tritonclient's InferInput, shared by grpc and grpc.aio
+    )
     from gateway.proto import gateway_pb2_grpc, to_value
     from gateway.proto.gateway_pb2 import PredictRequest, Row
-    from gateway.triton import infer_inputs  # tritonclient's InferInput, shared by grpc and grpc.aio
 
     client = grpcclient.InferenceServerClient(target.triton_url)
     try:

@@ -4,7 +4,7 @@ One harness drives all three paths, so they differ only in the request each clie
 
 - ``triton``: ``tritonclient.grpc.aio`` to the model, with the inputs the gateway would send
   already assembled (``gateway/assemble.py``: one ``[1, 1]`` input per column, FP32, or BYTES for
-  a string column; built by the gateway's own ``gateway.triton.infer_inputs``), asking for the
+  a string column; built by the gateway's own ``gateway.clients.triton_grpc.infer_inputs``), asking for the
   outputs the gateway asks for: what a caller that had the features itself would send;
 - ``http``: ``POST /v1/models/{model}/predict`` with one row (entity keys + request fields, the
   string ``channel`` included), aiohttp, one keep-alive connection per client;
@@ -109,7 +109,7 @@ async def _caller(
     if mode == "triton":
         import tritonclient.grpc.aio as aio
 
-        from gateway.triton import infer_inputs  # the gateway's own typing: str arrays -> BYTES
+        from gateway.clients.triton_grpc import infer_inputs  # the gateway's own typing: str arrays -> BYTES
 
         client = aio.InferenceServerClient(target.triton_url)
         stack.push_async_callback(client.close)

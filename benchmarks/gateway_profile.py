@@ -26,12 +26,12 @@ from typing import Any
 
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
-        "feature read (Feast SDK + online store, gateway/features.py)",
-        ("/feast/", "/sqlite3/", "/redis/", "/gateway/features.py"),
+        "feature read (Feast SDK + online store, gateway/clients/features.py)",
+        ("/feast/", "/sqlite3/", "/redis/", "/gateway/clients/features.py"),
     ),
     (
         "Triton call (tritonclient + grpc aio client)",
-        ("/tritonclient/", "/gateway/triton.py", "/grpc/aio/_call.py", "/grpc/aio/_channel.py"),
+        ("/tritonclient/", "/gateway/clients/triton_grpc.py", "/grpc/aio/_call.py", "/grpc/aio/_channel.py"),
     ),
     ("JSON parse / render", ("/json/",)),
     ("metrics (prometheus_client)", ("/prometheus_client/", "/gateway/metrics.py")),
@@ -51,11 +51,11 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ),
     (
         "HTTP stack (uvicorn, httptools, Starlette, FastAPI)",
-        ("/uvicorn/", "/starlette/", "/fastapi/", "/anyio/", "/gateway/http_app.py"),
+        ("/uvicorn/", "/starlette/", "/fastapi/", "/anyio/", "/gateway/http/"),
     ),
     (
-        "gRPC server (grpc aio, protobuf, gateway/grpc_app.py)",
-        ("/grpc/", "/gateway/grpc_app.py", "/gateway/proto/"),
+        "gRPC server (grpc aio, protobuf, gateway/grpc/)",
+        ("/grpc/", "/gateway/grpc/", "/gateway/proto/"),
     ),
 )
 CALLBACKS = "C/Cython callbacks run by the loop (grpc aio server, C tasks)"

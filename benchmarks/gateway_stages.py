@@ -5,7 +5,7 @@ as ``gateway serve`` opens it (the same settings, Triton, online store) serves o
 through the same functions the predict path calls, each stage timed by the thread's CPU clock
 (``time.thread_time_ns``: waiting on Triton or the store costs nothing here, as on the server):
 
-HTTP parse (``http_app.parse_request``), validate (the cached spec + ``request.validate``),
+HTTP parse (``gateway.http.v1.parse_request``), validate (the cached spec + ``request.validate``),
 feature read (``features.fetch``), assemble (``assemble.assemble_input``), Triton call
 (``triton.infer``: building the request, the socket calls, decoding the answer), response
 (``responses.predictions``, ``PredictResult``, JSON), metrics and drift (the Prometheus
@@ -39,18 +39,17 @@ async def _measure(
 ) -> dict[str, float]:
     from gateway import metrics
     from gateway.assemble import assemble_input
-    from gateway.http_app import parse_request, to_json
+    from gateway.http.bodies import to_json
+    from gateway.http.v1 import parse_request
     from gateway.observe import Observation, notify
     from gateway.request import validate
     from gateway.responses import PredictResult, predictions
     from gateway.service import Service
-    from gateway.settings import GatewaySettings
+    from gateway.settings import GatewaySettings, nest
 
+    flat = {k.removeprefix("GATEWAY_").lower(): v for k, v in env.items()}
     settings = GatewaySettings(
-        triton_url=triton_url,
-        feature_repo=feature_repo,
-        models=(model,),
-        **{k.removeprefix("GATEWAY_").lower(): v for k, v in env.items()},
+        **nest({"triton_url": triton_url, "feature_repo": feature_repo, "models": (model,), **flat})
     )
     service = await Service.open(settings, (model,))
     predictor = service.predictor

@@ -10,7 +10,7 @@ column (a OneHotEncoder with ``handle_unknown="ignore"`` reads it as an unseen c
 zeros). An int64 or bool column has no such value: the entity cannot be scored, and the gateway
 answers 404 naming the feature even under ``GATEWAY_MISSING_ENTITIES=default``.
 
-Which values are missing is told once, at the read (gateway/features.py): there, None or NaN from
+Which values are missing is told once, at the read (gateway/clients/features.py): there, None or NaN from
 the store becomes None, and each row's missing features are listed. Here a None is that marker.
 """
 

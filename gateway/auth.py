@@ -20,10 +20,10 @@ class ApiKeys:
     @classmethod
     def from_settings(cls, settings: GatewaySettings) -> ApiKeys:
         keys: list[str] = []
-        if settings.api_keys is not None:
-            keys += [k.strip() for k in settings.api_keys.get_secret_value().split(",")]
-        if settings.api_keys_file is not None:
-            keys += [line.strip() for line in settings.api_keys_file.read_text().splitlines()]
+        if settings.auth.api_keys is not None:
+            keys += [k.strip() for k in settings.auth.api_keys.get_secret_value().split(",")]
+        if settings.auth.api_keys_file is not None:
+            keys += [line.strip() for line in settings.auth.api_keys_file.read_text().splitlines()]
         return cls([k for k in keys if k and not k.startswith("#")])
 
     @property

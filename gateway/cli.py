@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import importlib.abc
 import json
-import logging
-import os
 import random
 import sys
 from dataclasses import dataclass
@@ -50,22 +46,22 @@ def _settings(**overrides: Any) -> Any:
     from pydantic_settings import SettingsError
 
     from gateway.refusal import refuse
-    from gateway.settings import GatewaySettings
+    from gateway.settings import GatewaySettings, flat_name, nest
 
     try:
-        settings = GatewaySettings(**{k: v for k, v in overrides.items() if v is not None})
+        settings = GatewaySettings(**nest({k: v for k, v in overrides.items() if v is not None}))
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = f"setting {'.'.join(map(str, first['loc']))}: " if first["loc"] else ""
+        where = f"setting {name}: " if (name := flat_name(first["loc"])) else ""
         console.print(f"[bold red]error:[/] {where}{first['msg']}")
         sys.exit(2)
     except SettingsError as exc:  # a GATEWAY_* value that must be JSON (a map) and is not
         field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else "?"
         hint = 'a JSON object, e.g. GATEWAY_SHADOW=\'{"fraud-detector": {"share": 0.5}}\' (docs/gateway.md)'
         raise refuse(f"setting {field}: GATEWAY_{field.upper()} is not valid JSON", hint, 2) from None
-    if not (settings.feature_repo / "feature_store.yaml").is_file():
+    if not (settings.features.repo / "feature_store.yaml").is_file():
         raise refuse(
-            f"{settings.feature_repo} is not a Feast feature repository (it has no feature_store.yaml)",
+            f"{settings.features.repo} is not a Feast feature repository (it has no feature_store.yaml)",
             "pass --feature-repo DIR (the folder `feast apply` ran in), or set GATEWAY_FEATURE_REPO",
             2,
         )
@@ -100,184 +96,16 @@ def serve(
         redis_url=redis_url,
         workers=workers,
     )
-    _refuse_http_port_for_grpc(settings.triton_url)
-    _refuse_busy_ports(settings)
-    if settings.workers > 1:
-        if not settings.port:
+    from gateway import processes
+
+    processes.refuse_http_port_for_grpc(settings.triton.url)
+    processes.refuse_busy_ports(settings)
+    if settings.server.workers > 1:
+        if not settings.server.port:
             console.print("[bold red]error:[/] --workers above 1 needs a fixed --port (not 0)")
             sys.exit(2)
-        sys.exit(_supervise(settings))
-    _worker(settings, reuse_port=False)
-
-
-def _refuse_busy_ports(settings: Any) -> None:
-    """Bind each port once, alone (no SO_REUSEPORT), before serving: a port another process
-    holds is refused here. Without it, HTTP failed with uvicorn's bare errno line, and gRPC,
-    which binds with SO_REUSEPORT, joined another gateway's port and split its traffic
-    silently. (Only this gateway's own ``--workers`` share their ports.)"""
-    import socket
-
-    from gateway.refusal import refuse
-
-    for flag, port in (("--port", settings.port), ("--grpc-port", settings.grpc_port)):
-        if not port:
-            continue
-        family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is no holder
-            try:
-                probe.bind((settings.host, port))
-            except OSError as exc:
-                raise refuse(
-                    f"{settings.host}:{port} ({flag}) is in use: {exc.strerror or exc}",
-                    f"pass another {flag}, or stop what listens there (ss -ltnp 'sport = :{port}')",
-                    2,
-                ) from None
-
-
-def _refuse_http_port_for_grpc(url: str) -> None:
-    """A gRPC Triton URL (``grpc://`` or no scheme) whose port answers HTTP/1 is Triton's HTTP
-    port: every request would then be a 503. Refuse it at start with the URL that works. A port
-    that does not answer (Triton not up yet) is no refusal: the gateway waits for it (/readyz)."""
-    import socket
-
-    from gateway.refusal import refuse
-
-    scheme, sep, address = url.partition("://")
-    if sep and scheme != "grpc":
-        return
-    host, _, port = (address if sep else url).rstrip("/").rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=0.5) as conn:
-            conn.settimeout(0.5)
-            conn.sendall(
-                f"GET /v2/health/live HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode()
-            )
-            answer = conn.recv(16)
-    except OSError:
-        return
-    if answer.startswith(b"HTTP/1."):
-        raise refuse(
-            f"--triton-url {url} is gRPC (no scheme means gRPC), but {host}:{port} answers HTTP: "
-            "it is Triton's HTTP port",
-            f"use --triton-url http://{host}:{port} (or Triton's gRPC port, grpc://{host}:8001)",
-            2,
-        )
-
-
-def _worker(settings: Any, reuse_port: bool) -> None:
-    """One gateway process: logging, then the servers until interrupted."""
-    _without_torch()
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
-    if not reuse_port:
-        _run(settings, _serve(settings, settings.models))
-        return
-    # a worker stopped by Ctrl-C with its process group: uvicorn has shut down already
-    with contextlib.suppress(KeyboardInterrupt):
-        _run(settings, _serve(settings, settings.models, reuse_port))
-
-
-def _without_torch() -> None:
-    """Keep Feast from importing PyTorch into the server: ``feast.torch_wrapper`` imports it, when
-    installed, on ``import feast``, for an offline-store helper the gateway never calls. In the
-    project's venv (torch is there for model export) that was ~190 MiB of the gateway's ~510 MiB
-    resident (issue 16); the gateway image has no torch. A finder first on ``sys.meta_path``
-    makes the import fail as if torch were not installed, which Feast catches and remembers as
-    "torch not available" (a ``None`` in ``sys.modules`` would not do: scipy looks torch up there)."""
-    if "torch" not in sys.modules:
-        sys.meta_path.insert(0, _NoTorch())
-
-
-class _NoTorch(importlib.abc.MetaPathFinder):
-    def find_spec(self, name: str, path: Any, target: Any = None) -> None:
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"the gateway server does not load {name}", name=name)
-        return None
-
-
-def _run(settings: Any, main: Any) -> None:
-    """``main`` on uvloop (GATEWAY_EVENT_LOOP, default) or asyncio's own loop. uvloop's C loop
-    took the gateway from 0.34x to 0.48x of direct Triton's rate over gRPC at 16 clients and
-    0.41x to 0.51x over HTTP (make bench's setup, alternated side by side): the grpc aio server
-    and client run their completions as loop callbacks, several per call."""
-    if settings.event_loop == "uvloop":
-        import uvloop
-
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(main)
-    else:
-        asyncio.run(main)
-
-
-def _supervise(settings: Any) -> int:
-    """``settings.workers`` gateway processes on the same HTTP and gRPC ports: each binds with
-    SO_REUSEPORT, and the kernel spreads new connections across them. One Python process is one
-    GIL (the gateway's ceiling, ``make bench``); on a node with cores to spare, more processes
-    serve more. Each keeps its own batches, metrics and drift counts (docs/gateway-limits.md).
-
-    The supervisor only waits: when one worker exits, the others are stopped and its exit code
-    is this command's, so the orchestrator restarts the whole gateway rather than run it short."""
-    import multiprocessing
-    import signal
-    from multiprocessing.connection import wait
-
-    context = multiprocessing.get_context("spawn")  # fresh interpreters: no state of this one shared
-    procs = [
-        context.Process(target=_worker, args=(settings, True), name=f"gateway-worker-{i}")
-        for i in range(settings.workers)
-    ]
-    for proc in procs:
-        proc.start()
-
-    def stop(*_: Any) -> None:
-        for proc in procs:
-            if proc.is_alive():
-                proc.terminate()  # SIGTERM: uvicorn's graceful shutdown
-
-    signal.signal(signal.SIGTERM, stop)
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C reached the whole group: workers stop too
-        wait([p.sentinel for p in procs])
-    stop()
-    for proc in procs:
-        proc.join(15)
-        if proc.is_alive():
-            proc.kill()
-            proc.join()
-    failed = [p.exitcode for p in procs if p.exitcode not in (0, None, -signal.SIGTERM, -signal.SIGINT)]
-    return failed[0] if failed else 0
-
-
-def _listening_socket(host: str, port: int) -> Any:
-    """A TCP socket bound with SO_REUSEPORT, so every worker's HTTP server binds the one port."""
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # IPPROTO_TCP said, not left 0: asyncio sets TCP_NODELAY only on sockets whose proto is TCP,
-    # and without it a response's head and body wait on Nagle + the client's delayed ACK (40 ms)
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-    sock.bind((host, port))
-    return sock
-
-
-async def _serve(settings: Any, models: tuple[str, ...], reuse_port: bool = False) -> None:
-    """One gateway process's servers until SIGINT/SIGTERM (gateway/lifecycle.py: the service is
-    opened, both servers started, and on shutdown both drained before the service closes)."""
-    from gateway.lifecycle import Gateway, serve
-
-    def banner(gateway: Gateway) -> None:
-        console.print(
-            f"gateway: HTTP http://{settings.host}:{settings.port}  gRPC {settings.host}:{settings.grpc_port}"
-            f"  Triton {settings.triton_url}  online store {settings.online_store}"
-            f"  auth {'on' if gateway.service.auth.enabled else 'off'}"
-            + (f"  workers {settings.workers} (this one pid {os.getpid()})" if reuse_port else "")
-        )
-
-    sockets = [_listening_socket(settings.host, settings.port)] if reuse_port else None
-    await serve(settings, models, reuse_port=reuse_port, sockets=sockets, banner=banner)
+        sys.exit(processes.supervise(settings))
+    processes.worker(settings, reuse_port=False)
 
 
 @app.command("skew-check")
@@ -332,7 +160,7 @@ def skew_check_cmd(
         except SkewInputError as exc:
             raise refuse(str(exc), hint, 2) from None
     settings = _settings(triton_url=triton_url, feature_repo=feature_repo, online_store=online_store)
-    _check_triton(settings.triton_url)
+    _check_triton(settings.triton.url)
     source = _SkewSource(frame, str(entities) if entities else "", payload_log, window)
     try:
         report = asyncio.run(_skew(settings, model, sample, seed, source))

@@ -30,6 +30,8 @@ from gateway import metrics
 from gateway.assemble import assemble_input, undefaultable
 from gateway.batching import Batcher, Pending, join_rows, split_rows
 from gateway.catalog import ModelSpec, feature_service_of, spec_from_config
+from gateway.clients.features import OnlineFeatures, age_seconds
+from gateway.clients.triton import Triton
 from gateway.errors import (
     DeadlineExceeded,
     EntityNotFound,
@@ -39,12 +41,10 @@ from gateway.errors import (
     TooLarge,
     Unavailable,
 )
-from gateway.features import OnlineFeatures, age_seconds
 from gateway.observe import Observation, Observer, notify
 from gateway.request import PredictRequest, validate
 from gateway.responses import PredictResult, predictions
 from gateway.settings import GatewaySettings
-from gateway.triton import Triton
 
 __all__ = ["PredictResult", "Predictor", "assemble_input"]
 
@@ -78,11 +78,11 @@ class Predictor:
         """The model's spec, resolved through Triton at most every ``spec_ttl_s`` seconds, so a
         newly loaded version (and its feature list) is picked up without a restart."""
         cached = self._specs.get(model)
-        if cached is not None and time.monotonic() - cached[1] < self.settings.spec_ttl_s:
+        if cached is not None and time.monotonic() - cached[1] < self.settings.triton.spec_ttl_s:
             return cached[0]
         async with self._lock:
             cached = self._specs.get(model)
-            if cached is None or time.monotonic() - cached[1] >= self.settings.spec_ttl_s:
+            if cached is None or time.monotonic() - cached[1] >= self.settings.triton.spec_ttl_s:
                 self._specs[model] = (await self._resolve(model), time.monotonic())
         return self._specs[model][0]
 
@@ -113,10 +113,9 @@ class Predictor:
     async def predict(self, request: PredictRequest) -> PredictResult:
         if not request.rows:
             raise InvalidInput("no rows to score", field="rows")
-        if len(request.rows) > self.settings.max_batch_rows:
-            raise TooLarge(
-                f"{len(request.rows)} rows exceed the limit of {self.settings.max_batch_rows} per request"
-            )
+        limit = self.settings.limits.max_batch_rows
+        if len(request.rows) > limit:
+            raise TooLarge(f"{len(request.rows)} rows exceed the limit of {limit} per request")
         spec = await self.spec(request.model)
         if self.fallback is not None:
             spec = await self.fallback.serving(spec)
@@ -126,7 +125,7 @@ class Predictor:
             batcher = Batcher(
                 functools.partial(self._run_batch, spec),
                 max_rows=_batch_rows(spec, self.settings),
-                max_in_flight=self.settings.batch_in_flight,
+                max_in_flight=self.settings.limits.batch_in_flight,
                 fails_queue=lambda exc: isinstance(exc, Unavailable),
             )
             self._batchers[spec] = batcher
@@ -155,7 +154,7 @@ class Predictor:
             fetched = await self.features.fetch(spec.feature_service, entity_rows)
         finally:
             metrics.FEATURE_SECONDS.labels(spec.name).observe(time.perf_counter() - start)
-        default = self.settings.missing_policy(spec.name) == "default"
+        default = self.settings.features.missing_policy(spec.name) == "default"
         served: list[tuple[Pending, slice]] = []
         rows: list[int] = []  # the batch's rows that go to Triton
         offset = 0
@@ -245,7 +244,7 @@ def _batch_rows(spec: ModelSpec, settings: GatewaySettings) -> int:
     """Rows one batch may merge: what one Triton call takes, and never more than the gateway's
     own cap on one feature read (``max(GATEWAY_MAX_BATCH_ROWS, 64)``, the bound before models
     said theirs), which also bounds a model without a batch axis (``max_batch_size`` 0)."""
-    cap = max(settings.max_batch_rows, 64)
+    cap = max(settings.limits.max_batch_rows, 64)
     return min(spec.max_batch_size, cap) if spec.max_batch_size > 0 else cap
 
 

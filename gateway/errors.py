@@ -1,8 +1,9 @@
 """The gateway's one exception tree: each error carries its HTTP status, gRPC code and a cause.
 
 Transports never decide statuses: the HTTP and gRPC adapters each have one handler that
-reads these attributes. A client's mistake is a 4xx, never a 500; a dependency that is down
-is a 503 with ``Retry-After``; a deadline that passes is a 504.
+reads these attributes (gateway/http/handling.py, gateway/grpc/handling.py). A client's mistake
+is a 4xx, never a 500; a dependency that is down is a 503 with ``Retry-After``; a deadline that
+passes is a 504.
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ class GatewayError(Exception):
         super().__init__(message)
         self.message = message
         self.field = field  # the request field path, for input errors ("rows[2].user_id")
+
+    @property
+    def detail(self) -> str:
+        """One line, the field path first when there is one: what gRPC's status details and the
+        Open Inference Protocol's ``{"error": ...}`` carry (neither has a field of its own)."""
+        return f"{self.field}: {self.message}" if self.field else self.message
 
     def to_dict(self) -> dict[str, object]:
         body: dict[str, object] = {"error": self.message, "cause": self.cause}

@@ -24,20 +24,13 @@ from typing import Any
 import grpc
 import uvicorn
 
+from gateway.grpc.server import create_server
+from gateway.http.server import http_server
 from gateway.service import Service
 from gateway.settings import GatewaySettings
 
 GRPC_GRACE_S = 2.0  # what in-flight gRPC calls get to finish once shutdown starts
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class _HttpServer(uvicorn.Server):
-    """uvicorn's server without its own signal capture: the lifecycle owns the signals, so that
-    the signal is raised again only after the service has closed, not between the servers."""
-
-    @contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 @dataclass
@@ -82,23 +75,6 @@ class Gateway:
                 raise result
 
 
-def http_server(service: Service) -> uvicorn.Server:
-    from gateway.http_app import IdleTimeoutProtocol, create_app
-
-    settings = service.settings
-    config = uvicorn.Config(
-        create_app(service),
-        host=settings.host,
-        port=settings.port,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-        http=IdleTimeoutProtocol,  # also closes connections that never send a request
-        timeout_keep_alive=settings.idle_timeout_s,  # type: ignore[arg-type]  # int said; a float works
-    )
-    return _HttpServer(config)
-
-
 @asynccontextmanager
 async def running(
     settings: GatewaySettings,
@@ -108,11 +84,9 @@ async def running(
     sockets: list[socket.socket] | None = None,
     grace_s: float = GRPC_GRACE_S,
 ) -> AsyncIterator[Gateway]:
-    """The gateway serving HTTP (and gRPC when ``settings.grpc_port``) inside the block; on
+    """The gateway serving HTTP (and gRPC when ``settings.server.grpc_port``) inside the block; on
     leaving it, both servers stop (draining), then the service closes. ``sockets``: bound
     listening sockets for HTTP (``gateway serve --workers``), else uvicorn binds host:port."""
-    from gateway.grpc_app import create_server
-
     service = await Service.open(settings, models)
     try:
         # Everything loaded so far (Feast, pandas, pyarrow, the registry: ~10^6 objects) lives as
@@ -120,9 +94,10 @@ async def running(
         # on the request path (p99 at 64 clients, issue 16).
         gc.freeze()
         grpc_server = None
-        if settings.grpc_port:
+        address = f"{settings.server.host}:{settings.server.grpc_port}"
+        if settings.server.grpc_port:
             # gRPC binds with SO_REUSEPORT itself (its default on Linux, said explicitly for workers)
-            grpc_server = create_server(service, f"{settings.host}:{settings.grpc_port}", reuse_port)
+            grpc_server = create_server(service, address, reuse_port)
             await grpc_server.start()
         http = http_server(service)
         gateway = Gateway(service, http, grpc_server, asyncio.create_task(http.serve(sockets=sockets)))

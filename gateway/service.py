@@ -10,23 +10,23 @@ from prometheus_client import REGISTRY
 from prometheus_client.registry import Collector
 
 from gateway.auth import ApiKeys
+from gateway.clients.features import OnlineFeatures
+from gateway.clients.triton import connect
 from gateway.core import Predictor
 from gateway.drift.metrics import DriftCollector
 from gateway.drift.monitor import DriftMonitor
-from gateway.drift.stats import Thresholds
 from gateway.errors import BadRequest, Unavailable
 from gateway.evidence.open import open_store
 from gateway.evidence.store import EvidenceStore
 from gateway.evidence.writer import EvidenceWriter
 from gateway.fallback.switch import FallbackSwitch
-from gateway.features import OnlineFeatures
 from gateway.payload_log import PayloadLog, open_payload_log
 from gateway.quality.feedback import LabelGate
 from gateway.quality.live import QualityMonitor
 from gateway.request import EntityRow
 from gateway.settings import GatewaySettings
 from gateway.shadow.runner import ShadowRunner, Watchers
-from gateway.triton import connect
+from gateway.stats.measures import Thresholds
 
 
 @dataclass
@@ -50,14 +50,14 @@ class Service:
         # Opening the store reads the Feast registry (blocking): keep it off the event loop.
         features = await asyncio.to_thread(
             OnlineFeatures,
-            settings.feature_repo,
-            settings.online_store,
-            settings.feature_timeout_s,
-            settings.feature_reads,
-            settings.redis_url,  # over an inherited REDIS_CONNECTION_STRING; os.environ untouched
+            settings.features.repo,
+            settings.features.online_store,
+            settings.features.timeout_s,
+            settings.features.reads,
+            settings.features.redis_url,  # over an inherited REDIS_CONNECTION_STRING; os.environ untouched
         )
         await features.prepare()
-        triton = connect(settings.triton_url, settings.triton_timeout_s, settings.triton_reconnect_max_s)
+        triton = connect(settings.triton.url, settings.triton.timeout_s, settings.triton.reconnect_max_s)
         drift = _drift_monitor(settings)
         payload_log = open_payload_log(settings, features)
         predictor = Predictor(settings, triton, features)
@@ -68,29 +68,29 @@ class Service:
             writer.start()
             quality = QualityMonitor(evidence, writer)
         shadow = None
-        if settings.shadow and evidence is not None and writer is not None:
+        if settings.shadow.targets and evidence is not None and writer is not None:
             # the payload log then hears of shadowed batches once both answered
             watchers = Watchers(log=payload_log, quality=quality)
             shadow = ShadowRunner(
-                settings.shadow,
-                settings.shadow_in_flight,
+                settings.shadow.targets,
+                settings.shadow.in_flight,
                 triton,
                 predictor.spec,
                 watchers,
                 writer,
-                settings.spec_ttl_s,
+                settings.triton.spec_ttl_s,
             )
         predictor.observers = tuple(o for o in (drift, quality, shadow or payload_log) if o is not None)
         fallback = None
-        if settings.fallback and evidence is not None and quality is not None:
+        if settings.fallback.rules and evidence is not None and quality is not None:
             fallback = FallbackSwitch(
-                settings.fallback,
+                settings.fallback.rules,
                 evidence,
                 quality,
                 predictor.spec,
                 triton.ready_versions,
-                settings.fallback_poll_s,
-                settings.fallback_judge_s,
+                settings.fallback.poll_s,
+                settings.fallback.judge_s,
             )
             predictor.fallback = fallback
             fallback.start()
@@ -164,16 +164,16 @@ class Service:
 
 
 def _drift_monitor(settings: GatewaySettings) -> DriftMonitor | None:
-    if settings.drift_sample <= 0:
+    if settings.drift.sample <= 0:
         return None
     thresholds = Thresholds(
-        settings.drift_psi_warn,
-        settings.drift_psi_alert,
-        settings.drift_min_rows,
-        settings.drift_null_warn,
-        settings.drift_null_alert,
+        settings.drift.psi_warn,
+        settings.drift.psi_alert,
+        settings.drift.min_rows,
+        settings.drift.null_warn,
+        settings.drift.null_alert,
     )
-    return DriftMonitor(settings.drift_sample, thresholds)
+    return DriftMonitor(settings.drift.sample, thresholds)
 
 
 def _register(collector: Collector) -> bool:

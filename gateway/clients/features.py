@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gateway.clients.online_read import Columns, ReadPlan, plan_for
 from gateway.errors import DeadlineExceeded, RefusedByStore, SpecError, Unavailable
-from gateway.online_read import Columns, ReadPlan, plan_for
 from gateway.request import EntityRow
 
 
@@ -162,7 +162,7 @@ class OnlineFeatures:
         return types
 
     def plan(self, name: str) -> ReadPlan | None:
-        """The service's pre-resolved read (gateway/online_read.py), or None where the SDK reads
+        """The service's pre-resolved read (gateway/clients/online_read.py), or None where the SDK reads
         it; a registry read, resolved once per name with the service."""
         if name not in self._plans:
             self._plans[name] = plan_for(self._store, self.service(name))

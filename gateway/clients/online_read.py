@@ -15,7 +15,7 @@ a row's event time is its entity's, in whole epoch seconds, 0 when the store has
 
 A service this does not cover (an on-demand view, an entityless view, a key of a type other than
 int or string, a versioned projection, pre-computed vectors) has no plan: ``plan_for`` returns
-None and gateway/features.py keeps the SDK's ``get_online_features`` for it.
+None and gateway/clients/features.py keeps the SDK's ``get_online_features`` for it.
 """
 
 from __future__ import annotations

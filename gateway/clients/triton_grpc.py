@@ -1,8 +1,6 @@
-"""The gateway's Triton clients: ``connect`` picks one by the URL's scheme. ``http://host:8000``
-(the default) is gateway/triton_http.py, the cheaper one per call (its docstring says why);
-``grpc://host:8001``, or ``host:port`` with no scheme, is the asyncio gRPC client below. Both
-put a deadline on every call and translate every failure into the gateway's error tree by its
-status (HTTP code or gRPC status), never by message text.
+"""The gateway's Triton client over gRPC (``grpc://host:8001``, or ``host:port`` with no scheme;
+gateway/clients/triton.py picks it by the URL). Every call has a deadline, and every failure is
+translated into the gateway's error tree by its gRPC status, never by message text.
 
 Inference skips tritonclient's per-call objects: ``infer_request`` writes the arrays straight
 into the ``ModelInferRequest`` protobuf (tensor metadata plus raw contents, the bytes tritonclient's
@@ -16,7 +14,6 @@ bench``). Answers are still read by tritonclient's ``InferResult``, and the mode
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
 
 import grpc
 import numpy as np
@@ -25,8 +22,8 @@ from tritonclient.grpc import InferResult, service_pb2, service_pb2_grpc
 from tritonclient.grpc._client import MAX_GRPC_MESSAGE_SIZE, KeepAliveOptions
 from tritonclient.utils import InferenceServerException
 
+from gateway.clients.triton_http import bytes_tensor, triton_datatype
 from gateway.errors import DeadlineExceeded, GatewayError, ModelNotFound, Unavailable
-from gateway.triton_http import TritonHTTPClient, bytes_tensor, triton_datatype
 
 
 def infer_inputs(inputs: Mapping[str, np.ndarray]) -> list[grpcclient.InferInput]:
@@ -92,33 +89,6 @@ def channel_args(reconnect_max_s: float) -> list[tuple[str, int]]:
         ("grpc.min_reconnect_backoff_ms", 1000),
         ("grpc.max_reconnect_backoff_ms", reconnect_max_ms),
     ]
-
-
-class Triton(Protocol):
-    """What the gateway asks Triton, whichever protocol carries it."""
-
-    url: str
-
-    async def close(self) -> None: ...
-    async def model_config(self, model: str) -> dict: ...
-    async def model_ready_version(self, model: str) -> str | None: ...
-    async def ready_versions(self, model: str) -> list[str]: ...
-    async def is_live(self) -> bool: ...
-    async def infer(
-        self, model: str, inputs: Mapping[str, np.ndarray], outputs: tuple[str, ...], version: str = ""
-    ) -> tuple[dict[str, np.ndarray], str]: ...
-
-
-def connect(url: str, timeout_s: float, reconnect_max_s: float = 0.5) -> Triton:
-    """The client for ``url``: HTTP for ``http://``, gRPC for ``grpc://`` or no scheme."""
-    scheme, sep, address = url.partition("://")
-    if not sep:
-        return TritonClient(url, timeout_s, reconnect_max_s)
-    if scheme == "http":
-        return TritonHTTPClient(url, timeout_s)
-    if scheme == "grpc":
-        return TritonClient(address, timeout_s, reconnect_max_s)
-    raise ValueError(f"Triton URL {url!r}: the scheme must be http:// or grpc://")
 
 
 class TritonClient:

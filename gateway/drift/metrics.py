@@ -14,8 +14,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gateway.drift.monitor import DriftMonitor
-from gateway.drift.reference import PREDICTION
-from gateway.drift.stats import STATUS
+from gateway.stats.measures import STATUS
+from gateway.stats.reference import PREDICTION
 
 GAUGE_WINDOW = "1h"
 _GAUGE_WINDOW_S = 3600

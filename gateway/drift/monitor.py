@@ -2,9 +2,9 @@
 
 ``DriftMonitor.observe`` runs after each served batch (gateway/observe.py), on the event loop:
 it keeps a sampled share of the rows (``GATEWAY_DRIFT_SAMPLE``; one vectorized draw per batch),
-bins them (gateway/drift/counts.py) and adds the counts to the version's one-minute slots. Per
+bins them (gateway/stats/counts.py) and adds the counts to the version's one-minute slots. Per
 (model, version) the reference is parsed once, on the version's first batch; a version without
-a usable one is remembered as off (and warned about once, gateway/drift/reference.py).
+a usable one is remembered as off (and warned about once, gateway/stats/reference.py).
 
 Counts are kept under the version whose spec assembled the batch (its reference describes those
 columns). Reports and the Prometheus collector read them under a lock, so a scrape from another
@@ -13,36 +13,19 @@ thread never sees half a batch.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
 
 from gateway.catalog import ModelSpec
-from gateway.drift.counts import SLOT_S, SLOTS, Binner, Slots
-from gateway.drift.reference import Reference, reference_of
-from gateway.drift.stats import Drift, Thresholds, Verdict, drift_of, worst
-from gateway.errors import BadRequest
 from gateway.observe import Observation
-
-MAX_WINDOW_S: Final = SLOT_S * SLOTS
-_WINDOW = re.compile(r"(\d{1,5})([mhd])")
-_UNIT_S: Final = {"m": 60, "h": 3600, "d": 86400}
-
-
-def window_seconds(text: str) -> int:
-    """``5m``, ``1h``, ``24h``, ``1d`` as seconds; BadRequest (400) for anything else."""
-    match = _WINDOW.fullmatch(text.strip())
-    seconds = int(match[1]) * _UNIT_S[match[2]] if match else 0
-    if not SLOT_S <= seconds <= MAX_WINDOW_S:
-        raise BadRequest(
-            f"window {text!r} is not a duration from 1m to 24h: a number and m, h or d (5m, 1h, 24h)"
-        )
-    return seconds
+from gateway.stats.counts import Binner, Slots, window_seconds
+from gateway.stats.measures import Drift, Thresholds, Verdict, drift_of, worst
+from gateway.stats.reference import Reference, reference_of
 
 
 @dataclass

@@ -21,15 +21,15 @@ from gateway.settings import GatewaySettings
 
 
 def default_sqlite(settings: GatewaySettings) -> Path:
-    repo = hashlib.sha256(str(settings.feature_repo.resolve()).encode()).hexdigest()[:10]
-    return Path(tempfile.gettempdir()) / f"gateway-evidence-{settings.port}-{repo}.sqlite"
+    repo = hashlib.sha256(str(settings.features.repo.resolve()).encode()).hexdigest()[:10]
+    return Path(tempfile.gettempdir()) / f"gateway-evidence-{settings.server.port}-{repo}.sqlite"
 
 
 def open_store(settings: GatewaySettings, feast_redis: str | None) -> EvidenceStore | None:
     """``feast_redis``: the online store's Redis connection string, None on another store.
     None: ``GATEWAY_STATE_URL=off``."""
-    ttl, cap = settings.state_ttl_s, settings.state_pairs_per_version
-    url = settings.state_url
+    ttl, cap = settings.state.ttl_s, settings.state.pairs_per_version
+    url = settings.state.url
     if url == "off":
         return None
     if url is None:

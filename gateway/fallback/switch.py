@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.catalog import ModelSpec, incompatible
-from gateway.drift.monitor import window_seconds
 from gateway.errors import BadRequest, GatewayError, ModelNotFound
 from gateway.evidence.store import EvidenceStore
 from gateway.fallback import prom
@@ -44,6 +43,7 @@ from gateway.quality.contract import Contract
 from gateway.quality.live import QualityMonitor, VersionPairs
 from gateway.quality.metrics import HIGHER_IS_BETTER
 from gateway.settings import FallbackRule
+from gateway.stats.counts import window_seconds
 
 log = logging.getLogger("gateway.fallback")
 

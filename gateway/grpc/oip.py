@@ -1,9 +1,10 @@
-"""OIP over gRPC: ``inference.GRPCInferenceService`` on the gateway's own gRPC server.
+"""The Open Inference Protocol over gRPC: ``inference.GRPCInferenceService`` on the gateway's
+own gRPC server.
 
 The messages are the ones tritonclient ships (``tritonclient.grpc.service_pb2``), so there is no
-.proto of ours to keep in step with the protocol. As for ``gateway.v1.Gateway``
-(gateway/grpc_app.py), each method gets the raw bytes and decodes them itself: a message that
-does not decode is an INVALID_ARGUMENT from the error tree, not grpc's UNKNOWN.
+.proto of ours to keep in step with the protocol. Auth, decoding and error statuses are
+gateway/grpc/handling.py's, as for ``gateway.v1.Gateway`` (gateway/grpc/v1.py); the model
+methods take the key, the server's liveness, readiness and metadata stay open.
 
 Implemented: ServerLive, ServerReady, ServerMetadata, ModelReady, ModelMetadata, ModelConfig
 (what perf_analyzer sizes its requests from) and ModelInfer. The rest of the service
@@ -16,25 +17,20 @@ gateway's request id and the features' age are response parameters (``prediction
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeAlias
+from typing import Any, Final
 
 import grpc
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError, Message
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from gateway import metrics
 from gateway.catalog import ModelSpec
-from gateway.errors import BadRequest, GatewayError, ModelNotFound
+from gateway.errors import BadRequest, ModelNotFound
+from gateway.grpc.handling import Context, Rpc, generic_handler
 from gateway.oip import mapping
 from gateway.oip.tensors import DATATYPES, elements, from_raw, text, to_raw
 from gateway.responses import PredictResult
 from gateway.service import Service
 from gateway.values import Scalar
-
-log = logging.getLogger("gateway")
 
 SERVICE: Final = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].full_name
 _CONTENTS: Final = {
@@ -45,14 +41,6 @@ _CONTENTS: Final = {
     "BOOL": "bool_contents",
     "BYTES": "bytes_contents",
 }
-Context: TypeAlias = grpc.aio.ServicerContext
-
-
-def _decode(message_type: Any, raw: bytes) -> Any:
-    try:
-        return message_type.FromString(raw)
-    except DecodeError as exc:
-        raise BadRequest(f"the request is not an {message_type.DESCRIPTOR.full_name}: {exc}") from None
 
 
 def _values(item: Any, count: int, raw: bytes | None) -> list[Scalar]:
@@ -111,17 +99,13 @@ def _tensor_metadata(tensors: tuple[mapping.TensorSpec, ...]) -> list[Any]:
 
 
 class OipServicer:
-    """The protocol's RPCs over one Service; errors raised here become statuses in ``_unary``."""
+    """The protocol's RPCs over one Service; the errors they raise become statuses in
+    gateway/grpc/handling.py."""
 
     def __init__(self, service: Service) -> None:
         self.service = service
 
-    def _auth(self, context: Context) -> None:
-        md = {k.lower(): v for k, v in context.invocation_metadata() or ()}
-        self.service.auth.check(md.get("x-api-key"), md.get("authorization"))
-
-    async def _spec(self, context: Context, name: str, version: str) -> ModelSpec:
-        self._auth(context)
+    async def _spec(self, name: str, version: str) -> ModelSpec:
         spec = await self.service.predictor.spec(name)
         mapping.check_version(spec, version)
         return spec
@@ -137,13 +121,13 @@ class OipServicer:
 
     async def ModelReady(self, request: Any, context: Context) -> Any:
         try:
-            await self._spec(context, request.name, request.version)
+            await self._spec(request.name, request.version)
         except ModelNotFound:  # Triton's answer for a model it does not have: not ready
             return service_pb2.ModelReadyResponse(ready=False)
         return service_pb2.ModelReadyResponse(ready=True)
 
     async def ModelMetadata(self, request: Any, context: Context) -> Any:
-        spec = await self._spec(context, request.name, request.version)
+        spec = await self._spec(request.name, request.version)
         return service_pb2.ModelMetadataResponse(
             name=spec.name,
             versions=[spec.version],
@@ -153,68 +137,40 @@ class OipServicer:
         )
 
     async def ModelConfig(self, request: Any, context: Context) -> Any:
-        spec = await self._spec(context, request.name, request.version)
-        config = mapping.model_config(spec, self.service.settings.max_batch_rows)
+        spec = await self._spec(request.name, request.version)
+        config = mapping.model_config(spec, self.service.settings.limits.max_batch_rows)
         return service_pb2.ModelConfigResponse(
             config=json_format.ParseDict(config, model_config_pb2.ModelConfig())
         )
 
     async def ModelInfer(self, request: Any, context: Context) -> Any:
-        with metrics.request("oip_grpc_infer", self.service.models) as call:
-            call.model, call.status = request.model_name, "OK"
-            try:
-                spec = await self._spec(context, request.model_name, request.model_version)
-                wanted = mapping.wanted(spec, [o.name for o in request.outputs])
-                predict = mapping.to_request(spec, tensors(spec, request))
-                return infer_response(request, wanted, await self.service.predictor.predict(predict))
-            except GatewayError as exc:
-                call.status = exc.grpc_code.name
-                raise
-            except Exception:
-                call.status = "INTERNAL"
-                raise
+        spec = await self._spec(request.model_name, request.model_version)
+        wanted = mapping.wanted(spec, [o.name for o in request.outputs])
+        predict = mapping.to_request(spec, tensors(spec, request))
+        return infer_response(request, wanted, await self.service.predictor.predict(predict))
 
 
-Method = Callable[[Any, Context], Awaitable[Any]]
-
-
-def _unary(method: Method, request_type: Any, response_type: Any) -> grpc.RpcMethodHandler:
-    """``method`` over raw bytes: decoded here, its GatewayError turned into the tree's status."""
-
-    async def call(raw: bytes, context: Context) -> Message:
-        try:
-            return await method(_decode(request_type, raw), context)
-        except GatewayError as exc:
-            metrics.count_error(exc.cause)
-            await context.abort(exc.grpc_code, f"{exc.field}: {exc.message}" if exc.field else exc.message)
-            raise  # unreachable: abort raises
-        except Exception:
-            log.exception("unexpected error in %s", getattr(method, "__name__", "an OIP call"))
-            metrics.count_error("internal")
-            await context.abort(grpc.StatusCode.INTERNAL, "internal error")
-            raise
-
-    return grpc.unary_unary_rpc_method_handler(
-        call, request_deserializer=None, response_serializer=response_type.SerializeToString
-    )
+_PUBLIC: Final = frozenset({"ServerLive", "ServerReady", "ServerMetadata"})  # open, as HTTP's probes
 
 
 def handler(service: Service) -> grpc.GenericRpcHandler:
     """The implemented RPCs of ``inference.GRPCInferenceService``, for ``add_generic_rpc_handlers``."""
     servicer = OipServicer(service)
-    names = (
-        "ServerLive",
-        "ServerReady",
-        "ServerMetadata",
-        "ModelReady",
-        "ModelMetadata",
-        "ModelConfig",
-        "ModelInfer",
+    methods = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name
+    rpcs = {}
+    for name in ("ServerLive", "ServerReady", "ServerMetadata", "ModelReady", "ModelMetadata", "ModelConfig"):
+        method = methods[name]
+        rpcs[name] = Rpc(
+            getattr(servicer, name),
+            getattr(service_pb2, method.input_type.name),
+            getattr(service_pb2, method.output_type.name),
+            public=name in _PUBLIC,
+        )
+    rpcs["ModelInfer"] = Rpc(
+        servicer.ModelInfer,
+        service_pb2.ModelInferRequest,
+        service_pb2.ModelInferResponse,
+        route="oip_grpc_infer",
+        model_of=lambda request: str(request.model_name),
     )
-    methods = {}
-    for name in names:
-        method = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name[name]
-        request_type = getattr(service_pb2, method.input_type.name)
-        response_type = getattr(service_pb2, method.output_type.name)
-        methods[name] = _unary(getattr(servicer, name), request_type, response_type)
-    return grpc.method_handlers_generic_handler(SERVICE, methods)
+    return generic_handler(service, SERVICE, rpcs)

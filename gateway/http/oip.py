@@ -1,10 +1,11 @@
-"""OIP over HTTP: the infer request and response bodies, and the metadata and health routes.
+"""The Open Inference Protocol over HTTP: the infer route, and the metadata and health routes.
 
-``POST /v2/models/{m}[/versions/{v}]/infer`` is on the hot path, so the ASGI glue that reads
-its body and sends its answer sits beside the ``/v1`` predict route in gateway/http_app.py;
-this module only translates (``parse_infer``, ``infer_body``), so it imports nothing of the
-transport and the transport imports it. The other routes are few and cold: FastAPI routes
-(``add_routes``).
+``POST /v2/models/{m}[/versions/{v}]/infer`` is on the hot path: a bare ASGI route
+(``OipInferRoute``, gateway/http/asgi.py) like the ``/v1`` predict route, with the same auth,
+body limit and core; here it only translates (``parse_infer``, ``infer_body``), through the
+protocol's transport-free mapping (gateway/oip/). The other routes are few and cold: FastAPI
+routes (``add_routes``). Errors take the protocol's shape, ``{"error": "..."}``
+(gateway/http/handling.py).
 
 Inputs come as JSON ``data`` or in Triton's binary-data extension (tritonclient's default):
 the body is the JSON header (``Inference-Header-Content-Length`` bytes), then each input's raw
@@ -22,14 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from gateway import metrics
 from gateway.catalog import ModelSpec
-from gateway.errors import BadRequest, GatewayError
+from gateway.errors import BadRequest
+from gateway.http.asgi import BareRoute, Target
+from gateway.http.bodies import parse_json, to_json
 from gateway.oip import mapping
-from gateway.oip.mapping import check_version
 from gateway.oip.tensors import DATATYPES, elements, from_json, from_raw
 from gateway.request import PredictRequest
 from gateway.responses import PredictResult
@@ -41,9 +42,8 @@ _REQUEST_KEYS: Final = frozenset({"id", "parameters", "inputs", "outputs"})
 
 __all__ = [
     "InferCall",
+    "OipInferRoute",
     "add_routes",
-    "check_version",
-    "error_doc",
     "infer_body",
     "infer_target",
     "parse_infer",
@@ -185,24 +185,32 @@ def infer_body(call: InferCall, result: PredictResult) -> dict[str, Any]:
     }
 
 
-def error_doc(exc: GatewayError) -> dict[str, str]:
-    """The protocol's error shape, one line: the field path first when there is one."""
-    return {"error": f"{exc.field}: {exc.message}" if exc.field else exc.message}
+class OipInferRoute(BareRoute):
+    """``POST /v2/models/{model}[/versions/{v}]/infer``: JSON ``data`` or binary tensors."""
+
+    route = "oip_infer"
+    oip = True
+    post = "an inference request"
+
+    def target(self, path: str) -> Target | None:
+        return infer_target(path)
+
+    async def answer(self, target: Target, headers: dict[bytes, bytes], body: bytes) -> bytes:
+        model, version = target
+        spec = await self.service.predictor.spec(model)
+        mapping.check_version(spec, version)
+        head, binary = split_body(body, headers.get(b"inference-header-content-length"))
+        parsed = parse_infer(spec, parse_json(head), binary)
+        return to_json(infer_body(parsed, await self.service.predictor.predict(parsed.request)))
 
 
-def _error(exc: GatewayError) -> JSONResponse:
-    metrics.count_error(exc.cause)
-    headers = {"retry-after": str(exc.retry_after)} if exc.retry_after else None
-    return JSONResponse(error_doc(exc), exc.http_status, headers)
+def add_routes(app: FastAPI, service: Service, keyed: Any) -> None:
+    """The protocol's health, server and model routes (everything but infer) on ``app``; the
+    model routes behind the ``keyed`` auth dependency, health and server metadata open."""
 
-
-def add_routes(app: FastAPI, service: Service) -> None:
-    """The protocol's health, server and model routes (everything but infer) on ``app``."""
-
-    async def model_spec(request: Request, model: str, version: str) -> ModelSpec:
-        service.auth.check(request.headers.get("x-api-key"), request.headers.get("authorization"))
+    async def model_spec(model: str, version: str) -> ModelSpec:
         spec = await service.predictor.spec(model)
-        check_version(spec, version)
+        mapping.check_version(spec, version)
         return spec
 
     @app.get("/v2/health/live")
@@ -218,28 +226,19 @@ def add_routes(app: FastAPI, service: Service) -> None:
     async def server() -> JSONResponse:
         return JSONResponse(mapping.server_metadata())
 
-    @app.get("/v2/models/{model}")
-    @app.get("/v2/models/{model}/versions/{version}")
-    async def metadata(model: str, request: Request, version: str = "") -> JSONResponse:
-        try:
-            return JSONResponse(mapping.model_metadata(await model_spec(request, model, version)))
-        except GatewayError as exc:
-            return _error(exc)
+    @app.get("/v2/models/{model}", dependencies=[keyed])
+    @app.get("/v2/models/{model}/versions/{version}", dependencies=[keyed])
+    async def metadata(model: str, version: str = "") -> JSONResponse:
+        return JSONResponse(mapping.model_metadata(await model_spec(model, version)))
 
-    @app.get("/v2/models/{model}/ready")
-    @app.get("/v2/models/{model}/versions/{version}/ready")
-    async def model_ready(model: str, request: Request, version: str = "") -> JSONResponse:
-        try:
-            spec = await model_spec(request, model, version)
-        except GatewayError as exc:
-            return _error(exc)
+    @app.get("/v2/models/{model}/ready", dependencies=[keyed])
+    @app.get("/v2/models/{model}/versions/{version}/ready", dependencies=[keyed])
+    async def model_ready(model: str, version: str = "") -> JSONResponse:
+        spec = await model_spec(model, version)
         return JSONResponse({"name": spec.name, "ready": True})
 
-    @app.get("/v2/models/{model}/config")
-    @app.get("/v2/models/{model}/versions/{version}/config")
-    async def config(model: str, request: Request, version: str = "") -> JSONResponse:
-        try:
-            spec = await model_spec(request, model, version)
-            return JSONResponse(mapping.model_config(spec, service.settings.max_batch_rows))
-        except GatewayError as exc:
-            return _error(exc)
+    @app.get("/v2/models/{model}/config", dependencies=[keyed])
+    @app.get("/v2/models/{model}/versions/{version}/config", dependencies=[keyed])
+    async def config(model: str, version: str = "") -> JSONResponse:
+        spec = await model_spec(model, version)
+        return JSONResponse(mapping.model_config(spec, service.settings.limits.max_batch_rows))

@@ -13,7 +13,7 @@ from gateway.payload_log.sink import ParquetSink
 from gateway.payload_log.writer import LogConfig, PayloadLog
 
 if TYPE_CHECKING:
-    from gateway.features import OnlineFeatures
+    from gateway.clients.features import OnlineFeatures
     from gateway.settings import GatewaySettings
 
 __all__ = ["LogConfig", "ParquetSink", "PayloadLog", "open_payload_log"]
@@ -21,17 +21,17 @@ __all__ = ["LogConfig", "ParquetSink", "PayloadLog", "open_payload_log"]
 
 def open_payload_log(settings: GatewaySettings, features: OnlineFeatures) -> PayloadLog | None:
     """The configured payload log (its writer thread started), or None when it is off."""
-    if not settings.payload_log:
+    if not settings.payload_log.url:
         return None
     salt = None
-    if settings.payload_log_hash_keys and settings.payload_log_salt:  # settings refuse one without
-        salt = settings.payload_log_salt.get_secret_value().encode()
+    if settings.payload_log.hash_keys and settings.payload_log.salt:  # settings refuse one without
+        salt = settings.payload_log.salt.get_secret_value().encode()
     config = LogConfig(
-        sample=settings.payload_log_sample,
-        queue_rows=settings.payload_log_queue_rows,
-        flush_rows=settings.payload_log_flush_rows,
-        flush_s=settings.payload_log_flush_s,
-        close_s=settings.payload_log_close_s,
+        sample=settings.payload_log.sample,
+        queue_rows=settings.payload_log.queue_rows,
+        flush_rows=settings.payload_log.flush_rows,
+        flush_s=settings.payload_log.flush_s,
+        close_s=settings.payload_log.close_s,
         salt=salt,
     )
-    return PayloadLog(config, ParquetSink(settings.payload_log), features.feature_views)
+    return PayloadLog(config, ParquetSink(settings.payload_log.url), features.feature_views)

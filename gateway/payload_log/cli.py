@@ -56,9 +56,9 @@ def report(
     min_rows: Annotated[int, typer.Option(help="Rows below which a feature gets no verdict")] = 500,
 ) -> None:
     """Turn the payload log into an HTML drift report: each version's logged rows against its reference."""
-    from gateway.drift.stats import Thresholds
     from gateway.payload_log.html import render
     from gateway.payload_log.report import ReportError, build_report
+    from gateway.stats.measures import Thresholds
 
     if not log:
         raise _fail(

@@ -14,8 +14,8 @@ from html import escape
 
 import numpy as np
 
-from gateway.drift.reference import Binned
 from gateway.payload_log.report import FeatureReport, Report, VersionReport
+from gateway.stats.reference import Binned
 
 _COLORS = {"alert": "#c62828", "warn": "#ef6c00", "ok": "#2e7d32", "insufficient": "#757575"}
 _STYLE = """

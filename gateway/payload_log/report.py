@@ -5,7 +5,7 @@ key ``drift``; the ensemble's folder when the model has one): it keeps every exp
 while Triton's config parameter ``drift.reference`` is one per model (the config is shared by
 its versions) and only while Triton serves it, so a window that spans a rollout would be
 compared with the wrong version's reference. Binning and statistics are the gateway's own
-(gateway/drift/counts.py, stats.py), so the report says what ``gateway drift`` would have.
+(gateway/stats/counts.py, stats.py), so the report says what ``gateway drift`` would have.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from gateway.catalog import ModelSpec, OutputRoles
-from gateway.drift.counts import categorical_bins, categorical_lookup, numeric_bins
-from gateway.drift.reference import Binned, Reference, ReferenceError, parse_reference
-from gateway.drift.stats import Drift, Thresholds, drift_of
 from gateway.payload_log.layout import LOG_TIMESTAMP, VERSION
 from gateway.payload_log.sink import PARTITION_KEY, open_filesystem
+from gateway.stats.counts import categorical_bins, categorical_lookup, numeric_bins
+from gateway.stats.measures import Drift, Thresholds, drift_of
+from gateway.stats.reference import Binned, Reference, ReferenceError, parse_reference
 from serving_contract import ContractError, ServingContract, keys
 
-# the log column of the reference's prediction, by its name (gateway/drift/reference.py prediction_of)
+# the log column of the reference's prediction, by its name (gateway/stats/reference.py prediction_of)
 PREDICTION_COLUMNS = {"score": "__score", "label": "__label", "value": "__value"}
 
 

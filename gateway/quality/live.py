@@ -34,7 +34,6 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol
 
 from gateway.catalog import ModelSpec
-from gateway.drift.monitor import window_seconds
 from gateway.evidence.store import SLOT_S, EvidenceStore, Found, Remembered, SlotCounts, slot_of
 from gateway.evidence.writer import EvidenceWriter
 from gateway.observe import Observation
@@ -44,6 +43,7 @@ from gateway.quality.feedback import OUTCOMES, FeedbackItem, FeedbackResult, Out
 from gateway.quality.report import QualityReport, Role, VersionQuality
 from gateway.request_ids import issued_at
 from gateway.responses import Prediction
+from gateway.stats.counts import window_seconds
 
 __all__ = ["ChallengerBatch", "FeedbackItem", "FeedbackResult", "QualityMonitor", "parse_feedback"]
 

@@ -9,7 +9,7 @@ Per row pair, up to three things:
   ``|value - value|`` (the largest over targets), outlier ``|score - score|``; None where
   there is no number to compare (label-only classifiers, kind ``other``);
 - the value whose distribution each side's PSI is computed over: the prediction the drift
-  reference bins (gateway/drift/reference.py ``prediction_of``: a binary score, a label, a
+  reference bins (gateway/stats/reference.py ``prediction_of``: a binary score, a label, a
   regression value), in the reference's bins. Without a reference, a binary score falls into
   ten equal bins over [0, 1]; other kinds get no PSI.
 """
@@ -23,9 +23,9 @@ from typing import Final
 import numpy as np
 
 from gateway.catalog import ModelSpec
-from gateway.drift.counts import categorical_bins, categorical_lookup, numeric_bins
-from gateway.drift.reference import Binned, prediction_of, reference_of
 from gateway.responses import Prediction
+from gateway.stats.counts import categorical_bins, categorical_lookup, numeric_bins
+from gateway.stats.reference import Binned, prediction_of, reference_of
 
 _UNIT_BINS: Final = Binned("score", "numeric", (0,) * 10, 0, edges=tuple(np.linspace(0.1, 0.9, 9)))
 

@@ -39,8 +39,7 @@ import numpy as np
 from gateway import metrics
 from gateway.batching import join_rows, split_rows
 from gateway.catalog import ModelSpec, incompatible
-from gateway.drift.monitor import window_seconds
-from gateway.drift.reference import Binned
+from gateway.clients.triton import Triton
 from gateway.errors import GatewayError, ModelNotFound
 from gateway.evidence.store import SLOT_S, SlotCounts, slot_of
 from gateway.evidence.writer import EvidenceWriter
@@ -49,7 +48,8 @@ from gateway.responses import Prediction, predictions
 from gateway.settings import ShadowTarget
 from gateway.shadow.compare import compare, psi_bins
 from gateway.shadow.stats import DROPPED, ERRORS, Pair, PairCounts
-from gateway.triton import Triton
+from gateway.stats.counts import window_seconds
+from gateway.stats.reference import Binned
 
 log = logging.getLogger("gateway.shadow")
 

@@ -1,7 +1,7 @@
 """A champion/challenger pair's comparison counts, kept in one-minute slots, and their report.
 
 Everything a report needs sums over slots, so one float64 vector per slot holds it (the drift
-monitor's ring, gateway/drift/counts.py, keeps int64 counts; a sum of differences needs
+monitor's ring, gateway/stats/counts.py, keeps int64 counts; a sum of differences needs
 floats): row counts, agreement, the difference's sum and a log-spaced histogram (its p99 is
 read from the histogram, to the bin: within 12 % of the value), both sides' prediction counts
 in the PSI bins, and a histogram of the challenger's call latency. The largest difference
@@ -22,10 +22,10 @@ from typing import Any, Final
 
 import numpy as np
 
-from gateway.drift.reference import Binned
-from gateway.drift.stats import psi
 from gateway.evidence.store import SlotCounts
 from gateway.shadow.compare import Compared
+from gateway.stats.measures import psi
+from gateway.stats.reference import Binned
 
 SLOT_S: Final = 60
 SLOTS: Final = 24 * 60

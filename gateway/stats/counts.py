@@ -16,18 +16,34 @@ running total beside the ring never forgets (the Prometheus counters).
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Sequence
 from typing import Final
 
 import numpy as np
 
 from gateway.catalog import ModelSpec
-from gateway.drift.reference import Binned, Reference
+from gateway.errors import BadRequest
 from gateway.observe import Observation
 from gateway.responses import Prediction
+from gateway.stats.reference import Binned, Reference
 
 SLOT_S: Final = 60
 SLOTS: Final = 24 * 60  # a day of one-minute slots
+MAX_WINDOW_S: Final = SLOT_S * SLOTS
+_WINDOW = re.compile(r"(\d{1,5})([mhd])")
+_UNIT_S: Final = {"m": 60, "h": 3600, "d": 86400}
+
+
+def window_seconds(text: str) -> int:
+    """``5m``, ``1h``, ``24h``, ``1d`` as seconds; BadRequest (400) for anything else."""
+    match = _WINDOW.fullmatch(text.strip())
+    seconds = int(match[1]) * _UNIT_S[match[2]] if match else 0
+    if not SLOT_S <= seconds <= MAX_WINDOW_S:
+        raise BadRequest(
+            f"window {text!r} is not a duration from 1m to 24h: a number and m, h or d (5m, 1h, 24h)"
+        )
+    return seconds
 
 
 def numeric_bins(binned: Binned, values: np.ndarray) -> np.ndarray:

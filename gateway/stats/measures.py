@@ -1,6 +1,6 @@
 """Drift statistics of a window's counts against the reference's, per binned distribution.
 
-All statistics read the same bins (the reference's, then the null bin last; gateway/drift/counts.py):
+All statistics read the same bins (the reference's, then the null bin last; gateway/stats/counts.py):
 
 - **PSI** ``sum((q - p) * ln(q / p))`` over the bins of present values (the null bin apart: the
   distribution of the values the model got, as Evidently and WhyLabs compute it). ``p``/``q``
@@ -35,7 +35,7 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
-from gateway.drift.reference import Binned
+from gateway.stats.reference import Binned
 
 EPS: Final = 1e-4
 KS_ALPHA: Final = 0.05

@@ -405,12 +405,11 @@ def test_two_workers_share_both_ports_and_stop_together(stack: Stack, tmp_path):
 
 
 def test_the_pre_resolved_read_returns_what_the_feast_sdk_returns(stack: Stack):
-    # gateway/online_read.py calls the store's online_read itself; the SDK's answer is the reference
+    # gateway/clients/online_read.py calls the store's online_read itself; the SDK's answer is the reference
     import asyncio
 
-    from gateway.features import OnlineFeatures
-
     from feature_repo import SERVICE
+    from gateway.clients.features import OnlineFeatures
 
     features = OnlineFeatures(stack.feature_repo, "sqlite", timeout_s=10.0)
     assert features.plan(SERVICE) is not None  # this service is read through the plan

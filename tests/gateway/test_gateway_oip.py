@@ -410,11 +410,11 @@ def _spec(kind: str, classes: tuple[Any, ...] | None, roles: Any, **extra: Any) 
 def test_the_other_kinds_answer_their_tensors_through_tritonclient():
     """The kinds the served stack does not have (string classes, regression targets, outliers,
     classifiers without probabilities), from a PredictResult to what tritonclient reads."""
-    from gateway.oip.grpc import infer_response
     from tritonclient.grpc import service_pb2
     from tritonclient.grpc._infer_result import InferResult
 
     from gateway.catalog import OutlierScore, OutputRoles
+    from gateway.grpc.oip import infer_response
     from gateway.oip import mapping
     from gateway.responses import Prediction, PredictResult
 

@@ -138,16 +138,20 @@ def test_the_gateway_parses_what_the_chart_renders(release: Release, monkeypatch
         monkeypatch.setenv(name, value)
     settings = GatewaySettings()
     gateway = release.values["gateway"]
-    assert settings.state_ttl_s == gateway["stateTtlSeconds"]
-    assert set(settings.fallback) == set(gateway["fallback"])
+    assert settings.state.ttl_s == gateway["stateTtlSeconds"]
+    assert set(settings.fallback.rules) == set(gateway["fallback"])
     for model, rule in gateway["fallback"].items():
-        assert settings.fallback[model].model_dump(include=set(rule)) == rule
+        assert settings.fallback.rules[model].model_dump(include=set(rule)) == rule
     log = gateway["payloadLog"]
     expected_log = log["url"] or ("/var/lib/gateway/payload-log" if log["persistence"]["enabled"] else None)
-    assert settings.payload_log == expected_log
-    assert settings.payload_log_hash_keys == (bool(expected_log) and log["hashKeys"])
+    assert settings.payload_log.url == expected_log
+    assert settings.payload_log.hash_keys == (bool(expected_log) and log["hashKeys"])
     # the evidence goes to the Feast online store's Redis: no store of its own to configure
-    assert settings.state_url is None and settings.online_store == "redis" and settings.redis_url
+    assert (
+        settings.state.url is None
+        and settings.features.online_store == "redis"
+        and settings.features.redis_url
+    )
 
 
 # --- the fallback rules and the TTL -------------------------------------------------------------

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from gateway.drift.stats import psi as gateway_psi
 
+from gateway.stats.measures import psi as gateway_psi
 from tests.helm.helpers import (
     counter,
     evaluates,

@@ -48,7 +48,7 @@ GATEWAY_ROOTS = [
     "numpy",
     "pandas",
     "pyarrow",
-    "scipy",  # drift statistics (gateway/drift/stats.py)
+    "scipy",  # drift statistics (gateway/stats/measures.py)
     "typer",
     "rich",
     "pyyaml",

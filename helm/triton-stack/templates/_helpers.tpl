@@ -249,7 +249,7 @@ livenessProbe:
 
 {{/*
 The Triton URL the gateway dials. Plain Deployment: Triton's HTTP port (http://, the gateway's
-cheaper client per call, gateway/triton_http.py). kserve mode: the predictor's cluster-local
+cheaper client per call, gateway/clients/triton_http.py). kserve mode: the predictor's cluster-local
 host, where Knative splits traffic between the stable and canary revisions; Knative routes one
 port, the ServingRuntime's h2c (gRPC) one, so the gateway speaks gRPC there (grpc://).
 */}}

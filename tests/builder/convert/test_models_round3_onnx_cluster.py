@@ -358,7 +358,7 @@ class RequestOnly:
         return {"customer_id": "string"}
 
     async def fetch(self, service: str, entity_rows: list[dict[str, Any]]) -> Any:
-        from gateway.features import FeatureRows
+        from gateway.clients.features import FeatureRows
 
         n = len(entity_rows)
         return FeatureRows(values={}, missing=[[] for _ in range(n)], oldest_epoch_s=[None] * n)
@@ -370,12 +370,11 @@ class RequestOnly:
 def test_the_gateway_answers_a_clusterers_id_and_distances_and_drifts_on_the_label(
     triton: TritonServer, exported: dict[str, Any]
 ) -> None:
-    from gateway.triton import connect
-
-    from gateway import http_app
     from gateway.auth import ApiKeys
+    from gateway.clients.triton import connect
     from gateway.core import Predictor
     from gateway.drift.monitor import DriftMonitor
+    from gateway.http import app as http_app
     from gateway.service import Service
     from gateway.settings import GatewaySettings
     from tests.gateway.core.helpers import asgi

@@ -9,13 +9,14 @@ from typing import Any
 
 import grpc
 import numpy as np
-from gateway.features import FeatureRows
 
-from gateway import grpc_app, http_app
 from gateway.auth import ApiKeys
 from gateway.catalog import ModelSpec, spec_from_config
+from gateway.clients.features import FeatureRows
 from gateway.core import Predictor
 from gateway.drift.monitor import DriftMonitor
+from gateway.grpc import server as grpc_server
+from gateway.http import app as http_app
 from gateway.proto import gateway_pb2
 from gateway.responses import PredictResult, predictions
 from gateway.service import Service
@@ -90,7 +91,7 @@ def serve_both(service: Service) -> tuple[int, Any, Any, int, Any]:
             http_app.create_app(service), "POST", "/v1/models/m/predict", json.dumps(ROWS).encode()
         )
         port = free_port()
-        server = grpc_app.create_server(service, f"127.0.0.1:{port}")
+        server = grpc_server.create_server(service, f"127.0.0.1:{port}")
         await server.start()
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -213,3 +214,36 @@ def grpc_rows() -> gateway_pb2.PredictRequest:
             for r in ROWS["rows"]
         ],
     )
+
+
+OUTLIER = {
+    "serving.kind": "outlier",
+    "serving.outputs": {"label": "label", "score": "score"},
+    "serving.score": {"source": "decision_function", "outlier_below": 0.0},
+}
+
+
+SVC_BINARY = {
+    "serving.kind": "binary",
+    "serving.classes": [0, 1],
+    "serving.outputs": {"label": "label", "scores": "scores"},
+}
+
+
+MULTI_TARGET = {
+    "serving.kind": "regression",
+    "serving.outputs": {"value": "prediction"},
+    "serving.targets": "3",
+}
+
+
+def outlier_config(**change: Any) -> dict:
+    return config({**OUTLIER, **change}, {"label": ["1"], "score": ["1"]})
+
+
+def svc_config(params: dict[str, Any] = SVC_BINARY, width: int = 1, **change: Any) -> dict:
+    return config({**params, **change}, {"label": ["1"], "scores": [str(width)]})
+
+
+def multi_config(targets: str | None = "3", dims: list[str] | None = None, max_batch_size: int = 8) -> dict:
+    return config({**MULTI_TARGET, "serving.targets": targets}, {"prediction": dims or ["3"]}, max_batch_size)

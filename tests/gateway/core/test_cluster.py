@@ -12,14 +12,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gateway.drift.reference import parse_reference
 
-from gateway import grpc_app, http_app
 from gateway.catalog import incompatible
 from gateway.errors import OutputMismatch, SpecError
+from gateway.grpc import v1 as grpc_v1
+from gateway.http import bodies
 from gateway.oip import mapping
 from gateway.payload_log.layout import _predictions
 from gateway.responses import predictions
+from gateway.stats.reference import parse_reference
 from tests.gateway.core.helpers import amounts, config, reference, result, serve_both, service_of, spec_of
 
 CLUSTER = {
@@ -87,13 +88,13 @@ def test_a_cluster_answer_is_its_id_and_distances_over_http_and_grpc_messages():
         "distances": np.array([[3.0, 2.0, 0.5], [0.25, 1.0, 4.0]], np.float32),
     }
     res = result(spec, out)
-    body = json.loads(http_app.to_json(res.to_dict()))
+    body = json.loads(bodies.to_json(res.to_dict()))
     assert body["kind"] == "cluster" and "classes" not in body
     assert body["predictions"] == [
         {"label": 2, "distances": [3.0, 2.0, 0.5], "defaults_used": False},
         {"label": 0, "distances": [0.25, 1.0, 4.0], "defaults_used": False},
     ]
-    reply = grpc_app.to_response(res)
+    reply = grpc_v1.to_response(res)
     assert reply.kind == "cluster"
     assert [(p.label, p.class_label.int_value) for p in reply.predictions] == [(2, 2), (0, 0)]
     assert [list(p.distances) for p in reply.predictions] == [[3.0, 2.0, 0.5], [0.25, 1.0, 4.0]]

@@ -14,14 +14,14 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gateway.features import FeatureRows, OnlineFeatures
 
 from gateway.batching import join_rows, split_rows
 from gateway.catalog import spec_from_config
+from gateway.clients.features import FeatureRows, OnlineFeatures
 from gateway.core import Predictor
 from gateway.errors import GatewayError, InvalidInput, RefusedByStore, SpecError, Unavailable
 from gateway.request import PredictRequest, Row
-from gateway.settings import GatewaySettings
+from gateway.settings import GatewaySettings, nest
 
 COLUMNS = [
     {"name": "amount", "dtype": "float32"},
@@ -117,7 +117,8 @@ def serve(
     triton: FakeTriton, features: FakeFeatures, *requests: PredictRequest, max_rows: int = 256
 ) -> list[Any]:
     """Every request at once, as concurrent clients send them (one batch in flight, so they merge)."""
-    predictor = Predictor(GatewaySettings(batch_in_flight=1, max_batch_rows=max_rows), triton, features)  # type: ignore[arg-type]
+    settings = GatewaySettings(**nest({"batch_in_flight": 1, "max_batch_rows": max_rows}))
+    predictor = Predictor(settings, triton, features)  # type: ignore[arg-type]
 
     async def main() -> list[Any]:
         return list(await asyncio.gather(*(predictor.predict(r) for r in requests), return_exceptions=True))

@@ -10,59 +10,39 @@ serve, and the wrong-shaped answers of a model, which are a clear OutputMismatch
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import grpc
 import numpy as np
 import pytest
-from gateway.drift.reference import parse_reference
 
-from gateway import grpc_app, http_app
 from gateway.errors import OutputMismatch, SpecError
+from gateway.grpc import v1 as grpc_v1
+from gateway.http import bodies
+from gateway.http import handling as http_handling
 from gateway.payload_log.layout import _predictions
 from gateway.responses import predictions
+from gateway.stats.reference import parse_reference
 from tests.gateway.core.helpers import (
+    MULTI_TARGET,
+    OUTLIER,
+    SVC_BINARY,
     amounts,
     config,
+    multi_config,
+    outlier_config,
     reference,
     result,
     serve_both,
     service_of,
     spec_of,
+    svc_config,
 )
 
-OUTLIER = {
-    "serving.kind": "outlier",
-    "serving.outputs": {"label": "label", "score": "score"},
-    "serving.score": {"source": "decision_function", "outlier_below": 0.0},
-}
-SVC_BINARY = {
-    "serving.kind": "binary",
-    "serving.classes": [0, 1],
-    "serving.outputs": {"label": "label", "scores": "scores"},
-}
 SVC_MULTI = {
     "serving.kind": "multiclass",
     "serving.classes": ["a", "b", "c"],
     "serving.outputs": {"label": "label", "scores": "scores"},
 }
-MULTI_TARGET = {
-    "serving.kind": "regression",
-    "serving.outputs": {"value": "prediction"},
-    "serving.targets": "3",
-}
-
-
-def outlier_config(**change: Any) -> dict:
-    return config({**OUTLIER, **change}, {"label": ["1"], "score": ["1"]})
-
-
-def svc_config(params: dict[str, Any] = SVC_BINARY, width: int = 1, **change: Any) -> dict:
-    return config({**params, **change}, {"label": ["1"], "scores": [str(width)]})
-
-
-def multi_config(targets: str | None = "3", dims: list[str] | None = None, max_batch_size: int = 8) -> dict:
-    return config({**MULTI_TARGET, "serving.targets": targets}, {"prediction": dims or ["3"]}, max_batch_size)
 
 
 # -- the catalog: accepted contracts -----------------------------------------------------------
@@ -149,7 +129,7 @@ def test_an_outlier_answer_is_outlier_label_and_score_per_row():
         {"outlier": True, "label": -1, "score": -0.5, "defaults_used": False},
     ]
     assert "classes" not in res.to_dict()
-    reply = grpc_app.to_response(res)
+    reply = grpc_v1.to_response(res)
     assert reply.kind == "outlier"
     assert [(p.outlier, p.label, p.score) for p in reply.predictions] == [(False, 1, 0.25), (True, -1, -0.5)]
     assert [p.class_label.int_value for p in reply.predictions] == [1, -1]
@@ -181,7 +161,7 @@ def test_a_binary_classifier_without_probabilities_answers_its_label_and_decisio
         {"label": 0, "scores": [-1.5], "defaults_used": False},
         {"label": 1, "scores": [0.75], "defaults_used": False},
     ]
-    reply = grpc_app.to_response(res)
+    reply = grpc_v1.to_response(res)
     assert [p.label for p in reply.predictions] == [0, 1]
     assert [list(p.scores) for p in reply.predictions] == [[-1.5], [0.75]]
     assert [list(p.probabilities) for p in reply.predictions] == [[], []] and reply.predictions[0].score == 0
@@ -191,11 +171,11 @@ def test_a_multiclass_classifier_without_probabilities_answers_one_score_per_cla
     spec = spec_of(svc_config(SVC_MULTI, width=3))
     scores = np.array([[0.1, 2.0, -1.0], [1.5, -0.5, 0.0]], dtype=np.float32)
     res = result(spec, {"label": np.array([[b"b"], [b"a"]], dtype=object), "scores": scores})
-    body = json.loads(http_app.to_json(res.to_dict()))
+    body = json.loads(bodies.to_json(res.to_dict()))
     assert [p["label"] for p in body["predictions"]] == ["b", "a"]
     assert body["predictions"][1]["scores"] == pytest.approx([1.5, -0.5, 0.0])
     assert set(body["predictions"][0]) == {"label", "scores", "defaults_used"}
-    reply = grpc_app.to_response(res)
+    reply = grpc_v1.to_response(res)
     assert [p.class_label.string_value for p in reply.predictions] == ["b", "a"]
     assert list(reply.predictions[0].scores) == pytest.approx([0.1, 2.0, -1.0])
 
@@ -208,12 +188,12 @@ def test_a_multi_target_regressor_answers_a_list_and_a_single_target_a_number():
         {"value": [1.0, 2.5, -3.0], "defaults_used": False},
         {"value": [0.0, 0.5, 4.0], "defaults_used": False},
     ]
-    reply = grpc_app.to_response(res)
+    reply = grpc_v1.to_response(res)
     assert [list(p.values) for p in reply.predictions] == [[1.0, 2.5, -3.0], [0.0, 0.5, 4.0]]
     single = spec_of(config({**MULTI_TARGET, "serving.targets": None}, {"prediction": ["1"]}))
     one = result(single, {"prediction": np.array([[7.5]], dtype=np.float32)})
     assert one.to_dict()["predictions"] == [{"value": 7.5, "defaults_used": False}]
-    assert list(grpc_app.to_response(one).predictions[0].values) == []
+    assert list(grpc_v1.to_response(one).predictions[0].values) == []
 
 
 # -- a model answering the wrong shape -----------------------------------------------------------
@@ -250,7 +230,7 @@ def test_an_answer_that_breaks_the_contract_is_an_output_mismatch_not_a_500(
     with pytest.raises(OutputMismatch) as err:
         result(spec_of(cfg), out)
     assert fragment in err.value.message
-    status, body, _ = http_app.error_body(err.value)
+    status, body, _ = http_handling.error_body(err.value)
     assert status == 502 and json.loads(body)["cause"] == "output_mismatch"
     assert err.value.grpc_code == grpc.StatusCode.INTERNAL
 

@@ -22,7 +22,7 @@ from gateway.proto import gateway_pb2
 from gateway.request import PredictRequest
 from gateway.responses import Prediction, PredictResult
 from gateway.service import Service
-from gateway.settings import GatewaySettings
+from gateway.settings import GatewaySettings, nest
 from support.servers import free_port
 
 PREDICT = "/gateway.v1.Gateway/Predict"
@@ -54,7 +54,9 @@ class SlowPredictor:
 
 
 def test_shutdown_drains_a_grpc_call_in_flight_before_triton_closes(monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = GatewaySettings(host="127.0.0.1", port=free_port(), grpc_port=free_port(), models=("m",))
+    settings = GatewaySettings(
+        **nest({"host": "127.0.0.1", "port": free_port(), "grpc_port": free_port(), "models": ("m",)})
+    )
     predictor = SlowPredictor(delay_s=0.5)
 
     async def open_service(settings: GatewaySettings, models: tuple[str, ...]) -> Service:
@@ -64,7 +66,7 @@ def test_shutdown_drains_a_grpc_call_in_flight_before_triton_closes(monkeypatch:
 
     async def main() -> gateway_pb2.PredictResponse:
         async with lifecycle.running(settings, settings.models) as gateway:
-            channel = grpc.aio.insecure_channel(f"127.0.0.1:{settings.grpc_port}")
+            channel = grpc.aio.insecure_channel(f"127.0.0.1:{settings.server.grpc_port}")
             call = channel.unary_unary(
                 PREDICT,
                 request_serializer=gateway_pb2.PredictRequest.SerializeToString,
@@ -87,7 +89,7 @@ def test_shutdown_drains_a_grpc_call_in_flight_before_triton_closes(monkeypatch:
 def test_redis_url_wins_over_an_inherited_connection_string(monkeypatch: pytest.MonkeyPatch) -> None:
     """GATEWAY_REDIS_URL (``--redis-url``) is the store's address, the environment's is not used
     (nor written): the store's config, and the reachability probe of a timed-out read."""
-    from gateway.features import OnlineFeatures
+    from gateway.clients.features import OnlineFeatures
 
     monkeypatch.setenv(REDIS_ENV, "127.0.0.1:1")  # inherited, pointing nowhere
 
@@ -101,16 +103,15 @@ def test_redis_url_wins_over_an_inherited_connection_string(monkeypatch: pytest.
         server = await asyncio.start_server(answer, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         async with server:
-            settings = GatewaySettings(
-                online_store="redis", redis_url=f"127.0.0.1:{port}", feature_repo=REPO_PATH
-            )
+            flat = {"online_store": "redis", "redis_url": f"127.0.0.1:{port}", "feature_repo": REPO_PATH}
+            settings = GatewaySettings(**nest(flat))
             features = await asyncio.to_thread(
                 OnlineFeatures,
-                settings.feature_repo,
-                settings.online_store,
+                settings.features.repo,
+                settings.features.online_store,
                 1.0,
                 "inline",
-                settings.redis_url,
+                settings.features.redis_url,
             )
             unset = OnlineFeatures(REPO_PATH, "redis", 1.0)  # no URL: the environment's, as before
             try:
@@ -128,9 +129,8 @@ def test_redis_url_wins_over_an_inherited_connection_string(monkeypatch: pytest.
 
 def test_service_open_leaves_the_environment_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(REDIS_ENV, raising=False)
-    settings = GatewaySettings(
-        online_store="redis", redis_url="127.0.0.1:7", feature_repo=REPO_PATH, drift_sample=0
-    )
+    flat = {"online_store": "redis", "redis_url": "127.0.0.1:7", "feature_repo": REPO_PATH, "drift_sample": 0}
+    settings = GatewaySettings(**nest(flat))
 
     async def main() -> Any:
         service = await Service.open(settings, ())

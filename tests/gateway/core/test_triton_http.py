@@ -1,4 +1,4 @@
-"""The gateway's HTTP client for Triton (gateway/triton_http.py): the request bytes it writes, the
+"""The gateway's HTTP client for Triton (gateway/clients/triton_http.py): the request bytes it writes, the
 answers it reads, and how it behaves when the server misbehaves (a local asyncio server plays
 Triton's HTTP side here; the gateway tests run it against the real tritonserver)."""
 
@@ -10,13 +10,14 @@ from collections.abc import Awaitable, Callable
 
 import numpy as np
 import pytest
-from gateway.triton import TritonClient, connect
-from gateway.triton_http import TritonHTTPClient, bytes_tensor, infer_body, read_outputs, split_url
 from pydantic import ValidationError
 from tritonclient.utils import serialize_byte_tensor
 
+from gateway.clients.triton import connect
+from gateway.clients.triton_grpc import TritonClient
+from gateway.clients.triton_http import TritonHTTPClient, bytes_tensor, infer_body, read_outputs, split_url
 from gateway.errors import DeadlineExceeded, GatewayError, ModelNotFound, Unavailable
-from gateway.settings import GatewaySettings
+from gateway.settings import GatewaySettings, flat_name, nest
 
 
 def test_bytes_tensor_writes_tritons_layout_for_any_text():
@@ -96,8 +97,9 @@ def test_split_url_and_connect_pick_the_protocol_by_scheme():
 
 @pytest.mark.parametrize("url", ["ftp://triton:8000", "http://triton", "triton"])
 def test_settings_refuse_a_triton_url_without_scheme_or_port(url: str):
-    with pytest.raises(ValidationError, match="triton_url"):
-        GatewaySettings(triton_url=url)
+    with pytest.raises(ValidationError, match=r"scheme must be|is not host:port") as caught:
+        GatewaySettings(**nest({"triton_url": url}))
+    assert flat_name(caught.value.errors()[0]["loc"]) == "triton_url"  # the name the operator set
 
 
 # --- against a misbehaving server on loopback ------------------------------------------------

@@ -10,18 +10,20 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gateway.features import FeatureRows
-from gateway.triton import infer_inputs, infer_request
 
-from gateway import grpc_app, http_app
 from gateway.assemble import assemble_input
 from gateway.catalog import ModelSpec, spec_from_config
+from gateway.clients.features import FeatureRows
+from gateway.clients.triton_grpc import infer_inputs, infer_request
 from gateway.core import Predictor
 from gateway.errors import EntityNotFound, GatewayError, InvalidInput, SpecError
+from gateway.grpc import v1 as grpc_v1
+from gateway.http import bodies
+from gateway.http import v1 as http_v1
 from gateway.proto import gateway_pb2
 from gateway.request import PredictRequest, validate
 from gateway.responses import PredictResult, predictions
-from gateway.settings import GatewaySettings
+from gateway.settings import GatewaySettings, nest
 
 COLUMNS = [
     {"name": "amount", "dtype": "float32"},
@@ -181,7 +183,7 @@ def test_entity_keys_must_be_int64_or_string_join_keys_of_the_service(keys: dict
 
 
 def http_request(body: Any) -> PredictRequest:
-    return http_app.parse_request("m", json.dumps(body).encode())
+    return http_v1.parse_request("m", json.dumps(body).encode())
 
 
 def invalid(spec: ModelSpec, request: PredictRequest) -> InvalidInput:
@@ -222,7 +224,7 @@ def test_each_wrong_value_is_a_422_naming_its_field(row: dict[str, Any], field: 
 @pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
 def test_nan_and_infinity_are_refused_for_numbers(literal: str):
     body = b'{"customer_id": "C-1", "channel": "web", "amount": ' + literal.encode() + b"}"
-    error = invalid(spec_of(columns_config()), http_app.parse_request("m", body))
+    error = invalid(spec_of(columns_config()), http_v1.parse_request("m", body))
     assert error.field == "rows[0].amount" and "finite number" in error.message
 
 
@@ -273,9 +275,7 @@ def test_http_refuses_json_that_is_not_rows_of_scalars(body: Any, field: str, fr
 
 
 def grpc_request(**fields: gateway_pb2.Value) -> PredictRequest:
-    return grpc_app.parse_request(
-        gateway_pb2.PredictRequest(model="m", rows=[gateway_pb2.Row(fields=fields)])
-    )
+    return grpc_v1.parse_request(gateway_pb2.PredictRequest(model="m", rows=[gateway_pb2.Row(fields=fields)]))
 
 
 def test_grpc_values_keep_their_kind():
@@ -434,7 +434,7 @@ def test_binary_with_integer_classes_keeps_todays_prediction_shape():
     assert first["label"] == 0 and type(first["label"]) is int
     assert first["probabilities"] == pytest.approx([0.8, 0.2])
     assert [p["defaults_used"] for p in body["predictions"]] == [False, True]
-    reply = grpc_app.to_response(result(spec, {"label": np.array([[0], [1]]), "probabilities": PROBS}))
+    reply = grpc_v1.to_response(result(spec, {"label": np.array([[0], [1]]), "probabilities": PROBS}))
     assert [p.label for p in reply.predictions] == [0, 1]  # the field old clients read
     assert [p.class_label.int_value for p in reply.predictions] == [0, 1]
     assert reply.kind == "binary" and [c.int_value for c in reply.classes] == [0, 1]
@@ -444,10 +444,10 @@ def test_string_classes_come_back_as_strings_over_json_and_grpc():
     spec = spec_of(columns_config(**{"serving.classes": ["legit", "fraud"]}))
     labels = np.array([[b"legit"], [b"fraud"]], dtype=object)  # a TYPE_STRING label output
     res = result(spec, {"label": labels, "probabilities": PROBS})
-    body = json.loads(http_app.to_json(res.to_dict()))
+    body = json.loads(bodies.to_json(res.to_dict()))
     assert [p["label"] for p in body["predictions"]] == ["legit", "fraud"]
     assert body["classes"] == ["legit", "fraud"]
-    reply = grpc_app.to_response(res)
+    reply = grpc_v1.to_response(res)
     assert [p.class_label.string_value for p in reply.predictions] == ["legit", "fraud"]
     assert [p.label for p in reply.predictions] == [0, 0]  # no integer label to fill
     assert [c.string_value for c in reply.classes] == ["legit", "fraud"]
@@ -463,7 +463,7 @@ def test_multiclass_answers_a_label_and_probabilities_per_class_and_the_classes_
     assert [p["label"] for p in body["predictions"]] == ["b", "a"]
     assert body["predictions"][0]["probabilities"] == pytest.approx([0.1, 0.7, 0.2])
     assert "score" not in body["predictions"][0]
-    reply = grpc_app.to_response(res)
+    reply = grpc_v1.to_response(res)
     assert [c.string_value for c in reply.classes] == ["a", "b", "c"]
     assert list(reply.predictions[1].probabilities) == pytest.approx([0.5, 0.2, 0.3])
 
@@ -483,7 +483,7 @@ def test_regression_answers_a_value():
         {"value": -2.25, "defaults_used": False},
     ]
     assert "classes" not in res.to_dict()
-    reply = grpc_app.to_response(res)
+    reply = grpc_v1.to_response(res)
     assert reply.kind == "regression" and [p.value for p in reply.predictions] == [41.5, -2.25]
 
 
@@ -496,7 +496,7 @@ def test_other_passes_every_output_through_by_name():
     res = result(spec, out)
     first = res.to_dict()["predictions"][0]
     assert first["outputs"] == {"label": ["x", "y"], "probabilities": [[0, 1], [2, 3], [4, 5]]}
-    reply = grpc_app.to_response(res)
+    reply = grpc_v1.to_response(res)
     second = reply.predictions[1].outputs
     assert list(second["label"].strings) == ["z", "w"] and list(second["label"].shape) == [2]
     assert list(second["probabilities"].values) == [6, 7, 8, 9, 10, 11]
@@ -572,7 +572,7 @@ class FakeFeatures:
 
 
 def serve(policy: str, *bodies: Any) -> tuple[list[Any], FakeTriton]:
-    settings = GatewaySettings(missing_entities=policy)  # type: ignore[arg-type]
+    settings = GatewaySettings(**nest({"missing_entities": policy}))
     triton = FakeTriton(columns_config())
     features = FakeFeatures(
         {

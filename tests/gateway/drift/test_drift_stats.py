@@ -15,21 +15,21 @@ from typing import Any
 
 import numpy as np
 import pytest
-from gateway.drift.counts import Slots
-from gateway.drift.reference import ReferenceError, parse_reference
-from gateway.drift.stats import Thresholds
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from scipy import special
 from scipy import stats as sps
 
 from gateway.catalog import Column, ModelSpec, OutputRoles
-from gateway.drift import stats
 from gateway.drift.metrics import DriftCollector
-from gateway.drift.monitor import DriftMonitor, window_seconds
+from gateway.drift.monitor import DriftMonitor
 from gateway.errors import BadRequest
 from gateway.observe import Observation
 from gateway.responses import Prediction
+from gateway.stats import measures as stats
+from gateway.stats.counts import Slots, window_seconds
+from gateway.stats.measures import Thresholds
+from gateway.stats.reference import ReferenceError, parse_reference
 
 COLUMNS = (
     Column("amount", "float32"),

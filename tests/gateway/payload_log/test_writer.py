@@ -139,10 +139,10 @@ def test_keys_are_hashed_with_the_salt_when_asked(tmp_path: Path) -> None:
 def test_hashing_needs_a_salt() -> None:
     from pydantic import ValidationError
 
-    from gateway.settings import GatewaySettings
+    from gateway.settings import GatewaySettings, nest
 
     with pytest.raises(ValidationError, match="GATEWAY_PAYLOAD_LOG_SALT"):
-        GatewaySettings(payload_log="x", payload_log_hash_keys=True)
+        GatewaySettings(**nest({"payload_log": "x", "payload_log_hash_keys": True}))
 
 
 def test_sampling_keeps_about_its_share() -> None:

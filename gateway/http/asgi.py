@@ -1,0 +1,88 @@
+"""The bare ASGI routes: ``POST`` routes answered from the ASGI scope, before the framework.
+
+``POST /v1/models/{model}/predict`` and the Open Inference Protocol's ``POST /v2/models/{m}/infer``
+are the hot path, and FastAPI/Starlette's routing, dependency solving, request objects and
+middleware were a fifth of the gateway's GIL time per request at 16 clients (py-spy, ``make
+bench``). So each is a ``BareRoute`` in front of the FastAPI app, which gets every other request.
+A route says which paths it answers (``target``) and how it turns a body into an answer
+(``answer``); the rest is here, once for both: the method, the auth check and the error answer
+of gateway/http/handling.py, the bounded body of gateway/http/bodies.py, the request metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, ClassVar
+
+from gateway import metrics
+from gateway.errors import GatewayError, MethodNotAllowed
+from gateway.http.bodies import read_asgi_body
+from gateway.http.handling import Headers, authorize, error_body
+from gateway.service import Service
+
+log = logging.getLogger("gateway")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Target = tuple[str, str]  # (model, version): version "" when the path names none
+
+
+async def send_json(send: Send, status: int, body: bytes, headers: Headers) -> None:
+    """A whole JSON answer on the ASGI ``send``: the bare routes' one response shape."""
+    start = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _text(value: bytes | None) -> str | None:
+    return None if value is None else value.decode("latin-1")
+
+
+class BareRoute:
+    """One bare ``POST`` route in front of ``app``, which gets every request it does not answer."""
+
+    route: ClassVar[str]  # the ``route`` label of gateway_request_seconds
+    oip: ClassVar[bool] = False  # errors in the Open Inference Protocol's shape
+    post: ClassVar[str]  # what a request with another method is told to POST
+
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app = app
+        self.service = service
+        self.limit = service.settings.limits.max_body_bytes
+
+    def target(self, path: str) -> Target | None:
+        """The model (and version) of a path this route answers, else None."""
+        raise NotImplementedError
+
+    async def answer(self, target: Target, headers: dict[bytes, bytes], body: bytes) -> bytes:
+        """The JSON body of a 200 for an authorized request's whole body; raises GatewayError."""
+        raise NotImplementedError
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        target = self.target(scope["path"]) if scope["type"] == "http" else None
+        if target is None:
+            await self.app(scope, receive, send)
+            return
+        with metrics.request(self.route, self.service.models) as call:
+            call.model = target[0]
+            status, body, headers = await self._serve(target, scope, receive)
+            call.status = str(status)
+            await send_json(send, status, body, headers)
+
+    async def _serve(self, target: Target, scope: Scope, receive: Receive) -> tuple[int, bytes, Headers]:
+        try:
+            if scope["method"] != "POST":
+                raise MethodNotAllowed(f"{scope['method']} is not allowed here: POST {self.post}")
+            headers = dict(scope["headers"])  # ASGI lower-cases header names
+            authorize(self.service, _text(headers.get(b"x-api-key")), _text(headers.get(b"authorization")))
+            body = await read_asgi_body(headers.get(b"content-length"), receive, self.limit)
+            return 200, await self.answer(target, headers, body), []
+        except GatewayError as exc:
+            return error_body(exc, self.oip)
+        except Exception:
+            log.exception("unexpected error serving %s", target[0])
+            return error_body(GatewayError("internal error"), self.oip)
