@@ -59,7 +59,14 @@ def _settings(**overrides: Any) -> Any:
         field = str(exc).split('"')[1] if str(exc).count('"') >= 2 else "?"
         hint = 'a JSON object, e.g. GATEWAY_SHADOW=\'{"fraud-detector": {"share": 0.5}}\' (docs/gateway.md)'
         raise refuse(f"setting {field}: GATEWAY_{field.upper()} is not valid JSON", hint, 2) from None
-    if not (settings.features.repo / "feature_store.yaml").is_file():
+    specs = settings.features.specs
+    if specs is not None and not specs.is_dir():
+        raise refuse(
+            f"{specs} is not a folder of feature specs",
+            "write one with `gateway compile-features --out DIR`, or unset GATEWAY_FEATURE_SPECS",
+            2,
+        )
+    if specs is None and not (settings.features.repo / "feature_store.yaml").is_file():
         raise refuse(
             f"{settings.features.repo} is not a Feast feature repository (it has no feature_store.yaml)",
             "pass --feature-repo DIR (the folder `feast apply` ran in), or set GATEWAY_FEATURE_REPO",
@@ -83,6 +90,10 @@ def serve(
     workers: Annotated[
         int | None, typer.Option(help="Gateway processes sharing the ports (SO_REUSEPORT) [1]")
     ] = None,
+    feature_specs: Annotated[
+        Path | None,
+        typer.Option(help="Feature specs `gateway compile-features` wrote [compiled at start]"),
+    ] = None,
 ) -> None:
     """Run the gateway (HTTP and gRPC) until interrupted."""
     settings = _settings(
@@ -95,17 +106,45 @@ def serve(
         online_store=online_store,
         redis_url=redis_url,
         workers=workers,
+        feature_specs=feature_specs,
     )
+    from gateway import feature_specs as specs
+
+    compiling = specs.start_compiling(settings)  # a child process, while this one imports the rest
     from gateway import processes
 
-    processes.refuse_http_port_for_grpc(settings.triton.url)
-    processes.refuse_busy_ports(settings)
-    if settings.server.workers > 1:
-        if not settings.server.port:
-            console.print("[bold red]error:[/] --workers above 1 needs a fixed --port (not 0)")
-            sys.exit(2)
-        sys.exit(processes.supervise(settings))
-    processes.worker(settings, reuse_port=False)
+    try:
+        settings = specs.finish_compiling(settings, compiling)
+        processes.refuse_http_port_for_grpc(settings.triton.url)
+        processes.refuse_busy_ports(settings)
+        if settings.server.workers > 1:
+            if not settings.server.port:
+                console.print("[bold red]error:[/] --workers above 1 needs a fixed --port (not 0)")
+                sys.exit(2)
+            sys.exit(processes.supervise(settings))
+        processes.worker(settings, reuse_port=False)
+    finally:
+        specs.discard(compiling)
+
+
+@app.command("compile-features")
+def compile_features(
+    out: Annotated[Path, typer.Option(help="Folder to write into: <service>.json each, refused.json")],
+    feature_repo: Annotated[Path | None, typer.Option(help="Feast repository [feature_repo]")] = None,
+    online_store: Annotated[str | None, typer.Option(help="sqlite or redis [sqlite]")] = None,
+    redis_url: Annotated[str | None, typer.Option(help="Redis for the redis profile, host:port")] = None,
+) -> None:
+    """Compile every feature service of the Feast repository for the gateway's direct online
+    reader (docs/feature-reads.md), once, at deploy time: `gateway serve --feature-specs DIR`
+    then reads the online store without the Feast SDK. A service the reader cannot serve (an
+    on-demand view, ...) is listed in refused.json and read through the SDK."""
+    settings = _settings(feature_repo=feature_repo, online_store=online_store, redis_url=redis_url)
+    from gateway import feature_specs as specs
+
+    refused = specs.compile_into(settings.features, out)
+    for service, why in sorted(refused.items()):
+        console.print(f"note: {service} is read through the Feast SDK: {why}", soft_wrap=True)
+    console.print(f"feature specs: {out}/")
 
 
 @app.command("skew-check")
@@ -134,6 +173,13 @@ def skew_check_cmd(
     ] = None,
     seed: Annotated[int, typer.Option(help="Sampling seed")] = 0,
     json_output: Annotated[bool, typer.Option("--json", help="Print the report as JSON")] = False,
+    engine: Annotated[
+        str,
+        typer.Option(help="pandas, or spark: every logged row of the window, on Spark (docs/batch.md)"),
+    ] = "pandas",
+    spark_master: Annotated[
+        str | None, typer.Option(help="With --engine spark: e.g. local[4] (default: spark-submit's)")
+    ] = None,
 ) -> None:
     """Compare the model input the gateway builds (or built) with the training path's, for
     entity rows from the payload log, a file, or (neither) the feature repo's transactions."""
@@ -146,6 +192,8 @@ def skew_check_cmd(
     hint = "pass --payload-log DIR|URL or --entities FILE.parquet|FILE.csv with the model's entity keys"
     if payload_log and entities:
         raise refuse("--payload-log and --entities are two sources: pass one", hint, 2)
+    if engine not in ("pandas", "spark") or (engine == "spark" and not payload_log):
+        raise refuse(f"--engine {engine} checks a payload log on Spark, or pass --engine pandas", hint, 2)
     window: tuple[dt.datetime, dt.datetime] | None = None
     if payload_log:
         now = dt.datetime.now(dt.UTC)
@@ -163,7 +211,12 @@ def skew_check_cmd(
     _check_triton(settings.triton.url)
     source = _SkewSource(frame, str(entities) if entities else "", payload_log, window)
     try:
-        report = asyncio.run(_skew(settings, model, sample, seed, source))
+        if engine == "spark" and window is not None:  # --engine spark is refused without the log
+            from gateway.spark.skew import run_logged
+
+            report = asyncio.run(run_logged(settings, model, str(payload_log), window, spark_master))
+        else:
+            report = asyncio.run(_skew(settings, model, sample, seed, source))
     except SkewInputError as exc:
         raise refuse(str(exc), hint, 2) from None
     if json_output:

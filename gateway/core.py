@@ -30,7 +30,7 @@ from gateway import metrics
 from gateway.assemble import assemble_input, undefaultable
 from gateway.batching import Batcher, Pending, join_rows, split_rows
 from gateway.catalog import ModelSpec, feature_service_of, spec_from_config
-from gateway.clients.features import OnlineFeatures, age_seconds
+from gateway.clients.features import FeatureClient, age_seconds
 from gateway.clients.triton import Triton
 from gateway.errors import (
     DeadlineExceeded,
@@ -62,7 +62,7 @@ class Predictor:
         self,
         settings: GatewaySettings,
         triton: Triton,
-        features: OnlineFeatures,
+        features: FeatureClient,
         observers: tuple[Observer, ...] = (),
     ) -> None:
         self.settings = settings

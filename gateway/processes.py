@@ -76,12 +76,19 @@ def worker(settings: Any, reuse_port: bool) -> None:
     logging.basicConfig(
         level=settings.server.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    if not reuse_port:
-        _run(settings, _serve(settings, settings.models))
-        return
-    # a worker stopped by Ctrl-C with its process group: uvicorn has shut down already
-    with contextlib.suppress(KeyboardInterrupt):
-        _run(settings, _serve(settings, settings.models, reuse_port))
+    from gateway.clients.direct_features import FeatureSpecError
+    from gateway.refusal import report_error
+
+    try:
+        if not reuse_port:
+            _run(settings, _serve(settings, settings.models))
+            return
+        # a worker stopped by Ctrl-C with its process group: uvicorn has shut down already
+        with contextlib.suppress(KeyboardInterrupt):
+            _run(settings, _serve(settings, settings.models, reuse_port))
+    except FeatureSpecError as exc:  # at start, before serving: the specs do not fit this gateway
+        report_error(str(exc), "compile them again with `gateway compile-features --out DIR`")
+        sys.exit(2)
 
 
 def _without_torch() -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from prometheus_client import REGISTRY
 from prometheus_client.registry import Collector
 
 from gateway.auth import ApiKeys
+from gateway.clients.direct_features import DirectFeatures
 from gateway.clients.features import OnlineFeatures
 from gateway.clients.triton import connect
 from gateway.core import Predictor
@@ -20,13 +22,16 @@ from gateway.evidence.open import open_store
 from gateway.evidence.store import EvidenceStore
 from gateway.evidence.writer import EvidenceWriter
 from gateway.fallback.switch import FallbackSwitch
-from gateway.payload_log import PayloadLog, open_payload_log
+from gateway.payload_log import open_payload_log
 from gateway.quality.feedback import LabelGate
 from gateway.quality.live import QualityMonitor
 from gateway.request import EntityRow
-from gateway.settings import GatewaySettings
+from gateway.settings import FeatureSettings, GatewaySettings
 from gateway.shadow.runner import ShadowRunner, Watchers
 from gateway.stats.measures import Thresholds
+
+if TYPE_CHECKING:
+    from gateway.payload_log.writer import PayloadLog
 
 
 @dataclass
@@ -47,15 +52,7 @@ class Service:
 
     @classmethod
     async def open(cls, settings: GatewaySettings, models: tuple[str, ...]) -> Service:
-        # Opening the store reads the Feast registry (blocking): keep it off the event loop.
-        features = await asyncio.to_thread(
-            OnlineFeatures,
-            settings.features.repo,
-            settings.features.online_store,
-            settings.features.timeout_s,
-            settings.features.reads,
-            settings.features.redis_url,  # over an inherited REDIS_CONNECTION_STRING; os.environ untouched
-        )
+        features = await _open_features(settings.features)
         await features.prepare()
         triton = connect(settings.triton.url, settings.triton.timeout_s, settings.triton.reconnect_max_s)
         drift = _drift_monitor(settings)
@@ -199,3 +196,19 @@ def _zero_counters(models: tuple[str, ...]) -> None:
             metrics.EVIDENCE_LOST.labels(model, what)
         for outcome in OUTCOMES:
             prom.FEEDBACK_LABELS.labels(model, outcome)
+
+
+async def _open_features(settings: FeatureSettings) -> OnlineFeatures | DirectFeatures:
+    """The direct reader over compiled specs, or the Feast SDK's client (``feature_reader=sdk``,
+    or no specs folder: a caller that did not compile one, like the skew check). Either opens
+    blocking (a registry read, the specs' stores): off the event loop."""
+    if settings.reader == "direct" and settings.specs is not None:
+        return await asyncio.to_thread(DirectFeatures, settings.specs, settings)
+    return await asyncio.to_thread(
+        OnlineFeatures,
+        settings.repo,
+        settings.online_store,
+        settings.timeout_s,
+        settings.reads,
+        settings.redis_url,  # over an inherited REDIS_CONNECTION_STRING; os.environ untouched
+    )

@@ -128,6 +128,13 @@ class FeatureSettings(_Section):
     """The Feast repository and its online store (gateway/clients/features.py)."""
 
     repo: Path = Field(default=Path("feature_repo"), alias="feature_repo")
+    # How the serving process reads features: ``direct`` reads the online store in Feast's own
+    # layout from specs compiled once from the registry (gateway/clients/direct_features.py; no
+    # Feast SDK in the process), ``sdk`` through Feast's get_online_features.
+    reader: Literal["direct", "sdk"] = Field(default="direct", alias="feature_reader")
+    # A folder ``gateway compile-features`` wrote; unset, ``gateway serve`` compiles one at start
+    # (in a child process) from ``repo``.
+    specs: Path | None = Field(default=None, alias="feature_specs")
     online_store: Literal["sqlite", "redis"] = "sqlite"
     redis_url: str | None = None  # Feast's form, host:port[,password=...]
     timeout_s: float = Field(default=1.0, gt=0, alias="feature_timeout_s")
@@ -206,6 +213,9 @@ class PayloadLogSettings(_Section):
     )  # a file per this many rows...
     flush_s: float = Field(default=10.0, gt=0, alias="payload_log_flush_s")  # ...or seconds, whichever first
     close_s: float = Field(default=5.0, ge=0, alias="payload_log_close_s")  # what shutdown waits to write
+    # Log the reason codes of the predictions that asked for them (``explain``, docs/explain.md):
+    # off by default, since they repeat the logged values and the log's reader may not need them.
+    explanations: bool = Field(default=False, alias="payload_log_explanations")
     # Entity keys as HMAC-SHA256(salt, str(key)) hex: joinable across the log, not readable.
     # A salt is required (an unsalted hash of a small integer id is reversed by enumeration).
     hash_keys: bool = Field(default=False, alias="payload_log_hash_keys")

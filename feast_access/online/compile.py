@@ -27,12 +27,14 @@ from feast_access.online.spec import (
     KEY_SERIALIZATION_VERSIONS,
     KEY_TYPES,
     KNOWN_FEAST_VERSIONS,
+    REFUSED_FILE,
     VALUE_TYPES,
     FeatureSpec,
     KeySpec,
     ServiceSpec,
     StoreSpec,
     ViewSpec,
+    spec_path,
 )
 
 _SQLITE_TYPES = frozenset({"sqlite", "feast.infra.online_stores.sqlite.SqliteOnlineStore"})
@@ -157,14 +159,6 @@ def _kind_of(store: Any, name: str) -> str:
         except Exception:  # Feast raises a not-found error per kind
             continue
     return "not a feature view in the registry"
-
-
-REFUSED_FILE = "refused.json"  # beside the specs: the services left to the SDK's read, and why
-
-
-def spec_path(folder: Path, service: str) -> Path:
-    """Where a folder of compiled specs keeps ``service``'s."""
-    return folder / f"{service}.json"
 
 
 def compile_repository(store: Any, folder: Path, full_feature_names: bool = False) -> dict[str, str]:

@@ -162,6 +162,14 @@ def _view(raw: dict[str, Any]) -> ViewSpec:
     )
 
 
+REFUSED_FILE = "refused.json"  # beside a folder's specs: the services left to the SDK's read, and why
+
+
+def spec_path(folder: Path, service: str) -> Path:
+    """Where a folder of compiled specs keeps ``service``'s (``compile_repository`` writes it)."""
+    return folder / f"{service}.json"
+
+
 def load_spec(path: Path | str) -> ServiceSpec:
     """A spec file, checked (LayoutError, one line, when unreadable or of an unknown layout)."""
     try:

@@ -32,14 +32,17 @@ import functools
 import math
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from gateway.clients.online_read import Columns, ReadPlan, plan_for
 from gateway.errors import DeadlineExceeded, RefusedByStore, SpecError, Unavailable
 from gateway.request import EntityRow
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,28 @@ class FeatureRows:
     oldest_epoch_s: list[float | None]  # per row: event time of its oldest value
     # feature name -> per row, the event time of its value (None when missing); for watchers
     times: dict[str, list[int]] = field(default_factory=dict)
+
+
+class FeatureClient(Protocol):
+    """What the gateway asks of a feature client: OnlineFeatures (the Feast SDK) or
+    DirectFeatures (gateway/clients/direct_features.py: Feast's store layout, read directly)."""
+
+    async def key_types(self, service_name: str) -> dict[str, str]: ...
+
+    async def fetch(self, service_name: str, entity_rows: list[EntityRow]) -> FeatureRows: ...
+
+    def feature_views(self, service_name: str) -> dict[str, str]: ...
+
+    def redis_connection(self) -> str | None: ...
+
+    async def prepare(self) -> None: ...
+
+    async def ping(self, service_name: str, entity_row: EntityRow) -> bool: ...
+
+    async def close(self) -> None: ...
+
+    @property
+    def store(self) -> Any: ...
 
 
 def is_missing(value: object) -> bool:
@@ -134,7 +159,7 @@ class OnlineFeatures:
                     continue
                 for column in view.entity_columns:
                     key = projection.join_key_map.get(column.name, column.name)
-                    types[key] = _key_type(column.dtype.to_value_type().name)
+                    types[key] = key_type(column.dtype.to_value_type().name)
             self._key_types[service_name] = types
         return self._key_types[service_name]
 
@@ -172,39 +197,13 @@ class OnlineFeatures:
         if service_name not in self._plans:  # a registry read, once per service name
             await self._in_thread(self.plan, service_name)
         plan = self._plans[service_name]
-        try:
-            if plan is not None:
-                columns = await self._read(plan, entity_rows)
-            else:
-                response = await self._sdk_read(self._services[service_name], entity_rows)
-                columns = _columns(response, set(entity_rows[0]) if entity_rows else set())
-        except TimeoutError as exc:
-            # No answer in time: probe the store to tell "down" (503) from "slow" (504).
-            if not await self._reachable():
-                raise Unavailable(
-                    "the online store is unreachable", cause="feature_store_unavailable"
-                ) from exc
-            raise DeadlineExceeded(
-                "the online store did not answer in time", cause="feature_timeout"
-            ) from exc
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
-                raise Unavailable(
-                    f"the online store failed: {exc}", cause="feature_store_unavailable"
-                ) from exc
-            # A writer (a materialize run) held the file past SQLite's busy timeout: slow, not down.
-            raise DeadlineExceeded("the online store is locked by a writer", cause="feature_timeout") from exc
-        except (ValueError, TypeError, OverflowError) as exc:
-            # Feast raised while encoding the keys (a protobuf int64 out of range, a string that
-            # is not UTF-8): these rows' fault, not the store's, and no reason to retry later.
-            raise RefusedByStore(
-                f"the online store refused these entity keys ({type(exc).__name__}: {exc})", field="rows"
-            ) from exc
-        except Exception as exc:  # redis/sqlite connection errors surface as many types
-            raise Unavailable(
-                f"the online store is unreachable ({type(exc).__name__})", cause="feature_store_unavailable"
-            ) from exc
-        return _rows(columns, len(entity_rows))
+        if plan is not None:
+            columns = await guarded(self._read(plan, entity_rows), self._reachable)
+        else:
+            service = self._services[service_name]
+            response = await guarded(self._sdk_read(service, entity_rows), self._reachable)
+            columns = _columns(response, set(entity_rows[0]) if entity_rows else set())
+        return rows_of(columns, len(entity_rows))
 
     async def _read(self, plan: ReadPlan, entity_rows: list[EntityRow]) -> Columns:
         """The plan's read: Redis asynchronously, SQLite inline or in the worker thread."""
@@ -294,7 +293,35 @@ class OnlineFeatures:
             return False
 
 
-def _key_type(value_type: str) -> str:
+async def guarded(read: Awaitable[T], reachable: Callable[[], Awaitable[bool]]) -> T:
+    """One online-store read, its failures as the gateway's errors: no answer in time is a 503
+    when ``reachable`` says the store is down, else a 504; a SQLite file a writer holds is slow
+    (504), any other store failure a 503; keys the store cannot encode are the request's (422)."""
+    try:
+        return await read
+    except TimeoutError as exc:
+        # No answer in time: probe the store to tell "down" (503) from "slow" (504).
+        if not await reachable():
+            raise Unavailable("the online store is unreachable", cause="feature_store_unavailable") from exc
+        raise DeadlineExceeded("the online store did not answer in time", cause="feature_timeout") from exc
+    except sqlite3.OperationalError as exc:
+        if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY:
+            raise Unavailable(f"the online store failed: {exc}", cause="feature_store_unavailable") from exc
+        # A writer (a materialize run) held the file past SQLite's busy timeout: slow, not down.
+        raise DeadlineExceeded("the online store is locked by a writer", cause="feature_timeout") from exc
+    except (ValueError, TypeError, OverflowError) as exc:
+        # Raised while encoding the keys (an int64 out of range, a string that is not UTF-8):
+        # these rows' fault, not the store's, and no reason to retry later.
+        raise RefusedByStore(
+            f"the online store refused these entity keys ({type(exc).__name__}: {exc})", field="rows"
+        ) from exc
+    except Exception as exc:  # redis/sqlite connection errors surface as many types
+        raise Unavailable(
+            f"the online store is unreachable ({type(exc).__name__})", cause="feature_store_unavailable"
+        ) from exc
+
+
+def key_type(value_type: str) -> str:
     """A Feast ValueType name as the gateway's dtype (Feast reads INT32 keys from Python ints too)."""
     if value_type in ("INT64", "INT32"):
         return "int64"
@@ -310,7 +337,9 @@ def _columns(response: Any, keys: set[str]) -> Columns:
     return Columns({k: data[k] for k in names}, {k: data[f"{k}__ts"] for k in names if f"{k}__ts" in data})
 
 
-def _rows(columns: Columns, n: int) -> FeatureRows:
+def rows_of(columns: Any, n: int) -> FeatureRows:
+    """A read's Columns (``values`` and ``times`` per feature) as FeatureRows, each missing value
+    marked None once."""
     missing: list[list[str]] = [[] for _ in range(n)]
     oldest: list[float | None] = [None] * n
     for name, values in columns.values.items():

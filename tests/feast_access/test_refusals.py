@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from feast_access.online.compile import REFUSED_FILE, compile_repository, compile_service, main, spec_path
+from feast_access.online.compile import compile_repository, compile_service, main
 from feast_access.online.errors import LayoutError, Unservable
 from feast_access.online.reader import open_reader
-from feast_access.online.spec import ServiceSpec, StoreSpec
+from feast_access.online.spec import REFUSED_FILE, ServiceSpec, StoreSpec, spec_path
 from tests.feast_access import helpers
 
 
