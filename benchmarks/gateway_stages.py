@@ -19,6 +19,7 @@ reports it as "server and event loop" beside them, from the same run.
 from __future__ import annotations
 
 import json
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,15 @@ async def _measure(
     settings = GatewaySettings(
         **nest({"triton_url": triton_url, "feature_repo": feature_repo, "models": (model,), **flat})
     )
+    if settings.features.reader == "direct" and settings.features.specs is None:
+        # as `gateway serve` does at start (there in a child process; here the bench's own)
+        from gateway.feature_specs import compile_into
+
+        specs = Path(tempfile.mkdtemp(prefix="bench-features-"))
+        compile_into(settings.features, specs)
+        settings = settings.model_copy(
+            update={"features": settings.features.model_copy(update={"specs": specs})}
+        )
     service = await Service.open(settings, (model,))
     predictor = service.predictor
     bodies = [json.dumps(r).encode() for r in rows]
