@@ -115,6 +115,10 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines += evidence_markdown(report["gateway"]["evidence"])
     if "gpu_routes" in report:
         lines += gpu_markdown(report["gpu_routes"])
+    if "explain" in report:
+        from benchmarks.explain_bench import markdown as explain_markdown
+
+        lines += explain_markdown(report["explain"])
     if "ensemble" in report:
         lines += ensemble_markdown(report["ensemble"])
     if "peer" in report:

@@ -24,7 +24,9 @@ What it does, start to finish, in a throwaway MLflow registry and model reposito
 9. (g) the embedded runtime's onnxruntime shim against its floor: a Python-backend model that
    returns its inputs, plus ``session.run`` in-process (``shim_bench.py``);
    (h) the load generator's own ceiling: one Locust process against a master and 2 workers
-   (``locust_bench.py``);
+   (``locust_bench.py``); (i) reason codes: predict vs ``"explain": 3`` through the gateway on
+   the demo's model, and the explainer of a 500-tree depth-8 LightGBM in Triton
+   (``explain_bench.py``, ``--only explain``);
 10. prints a markdown table and writes ``benchmarks/results/<UTC timestamp>.json`` and
    ``benchmarks/results/latest.md`` (and ``gateway-profile.txt``).
 
@@ -55,6 +57,7 @@ if str(REPO_ROOT) not in sys.path:
 
 from benchmarks import (  # noqa: E402
     ensemble_bench,
+    explain_bench,
     gateway_bench,
     gpu_routes,
     locust_bench,
@@ -84,8 +87,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--native-seconds", type=float, default=3.0, help="measured seconds per native path")
     parser.add_argument("--results-dir", type=Path, default=REPO_ROOT / "benchmarks" / "results")
     parser.add_argument(
+        "--explain-seconds", type=float, default=6.0, help="measured seconds per explain point (both sides)"
+    )
+    parser.add_argument("--explain-calls", type=int, default=100, help="explainer calls of the large model")
+    parser.add_argument(
         "--only",
-        choices=("triton", "gateway", "evidence", "gpu", "ensemble", "peer", "shim", "locust"),
+        choices=("triton", "gateway", "evidence", "gpu", "ensemble", "peer", "shim", "locust", "explain"),
         help="run one part: (a)+(b), (c), (c)'s evidence-store on vs off alone, (d), (e), (f) or (g)",
     )
     gateway_bench.add_arguments(parser)
@@ -286,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         peer_bench.PeerBenchError,
         shim_bench.ShimBenchError,
         locust_bench.LocustBenchError,
+        explain_bench.ExplainBenchError,
     ) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1
@@ -317,6 +325,8 @@ def run(args: argparse.Namespace) -> int:
             result["shim"] = shim_bench.run(args, runtime, root / "shim", say)
         if args.only in (None, "locust"):
             result["locust"] = locust_bench.run(args, root / "locust", say)
+        if args.only in (None, "explain"):
+            result["explain"] = explain_bench.run(args, runtime, root / "explain", say)
     version = (
         result.pop("triton_version", None)
         or result.get("gateway", {}).get("triton_version")

@@ -416,6 +416,7 @@ def collapse(url: str, rows: list[dict[str, Any]], labels: list[int], roles: dic
 def main() -> None:
     import mlflow
 
+    from demo.explain_step import show_reasons
     from support.train import prepare_feature_store, train_and_register
 
     STATE.mkdir(exist_ok=True)
@@ -446,7 +447,8 @@ def main() -> None:
     # decision_threshold -> label. Fused (one ONNX model, ~1.05x the bare model's p50 and its
     # throughput, docs/benchmarks.md (e)) rather than steps (1.40x, 0.5x): the demo swaps no
     # step on its own. The gateway calls fraud-detector_ensemble first.
-    step("3. builder export --ensemble fused (ONNX with its preprocessing + threshold -> label, parity)")
+    # --explain: fraud-detector_explain beside it, exact TreeSHAP reason codes on request (step 6).
+    step("3. builder export --ensemble fused --explain (ONNX + threshold -> label, parity; the explainer)")
     run(
         "builder",
         "export",
@@ -456,6 +458,7 @@ def main() -> None:
         "--ensemble",
         "--ensemble-mode",
         "fused",
+        "--explain",
     )
     console.print(
         f"served as {MODEL}_ensemble (one ONNX graph: model -> score, label at the run's threshold); "
@@ -507,6 +510,8 @@ def main() -> None:
         gateway, gp = start_gateway(f"http://127.0.0.1:{tp['http']}")
         step("6. predictions through the gateway over HTTP and gRPC")
         predictions(f"127.0.0.1:{gp['http']}", f"127.0.0.1:{gp['grpc']}", fs)
+        console.print('the top 3 reasons (exact SHAP values, docs/explain.md), asked with "explain": 3')
+        show_reasons(f"127.0.0.1:{gp['http']}", fs, MODEL)
         step("7. training-serving skew check")
         run(
             "gateway",

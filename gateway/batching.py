@@ -36,6 +36,7 @@ class Pending:
     future: asyncio.Future[Any] = field(repr=False)
     # Returned with the answer and logged: feedback (labels) names a prediction by it.
     request_id: str = field(default_factory=new_request_id)
+    explain: int = 0  # reason codes asked per prediction (gateway/explain.py); 0: none
 
     @property
     def rows(self) -> int:
@@ -78,8 +79,11 @@ class Batcher:
         self._draining = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def submit(self, entity_rows: list[EntityRow], request_values: list[RequestValues]) -> Any:
-        item = Pending(entity_rows, request_values, asyncio.get_running_loop().create_future())
+    async def submit(
+        self, entity_rows: list[EntityRow], request_values: list[RequestValues], explain: int = 0
+    ) -> Any:
+        future = asyncio.get_running_loop().create_future()
+        item = Pending(entity_rows, request_values, future, explain=explain)
         self._queue.append(item)
         if self._draining < self._max_in_flight:
             self._draining += 1

@@ -40,6 +40,7 @@ from serving_contract import (
     ClassLabel,
     Column,
     ContractError,
+    Explainer,
     Kind,
     OutlierScore,
     OutputRoles,
@@ -50,6 +51,7 @@ from serving_contract import (
 __all__ = [
     "ClassLabel",
     "Column",
+    "Explainer",
     "Kind",
     "ModelSpec",
     "OutlierScore",
@@ -104,6 +106,9 @@ class ModelSpec:
     # Set on the spec a model is served through while it is switched to its fallback
     # (gateway/fallback/): the model that answers instead ("" : the spec's own model answers).
     answered_by: str = ""
+    # The model that explains this one (serving.explainer, docs/explain.md): asked only when a
+    # request wants reason codes; None: exported without ``--explain``.
+    explainer: Explainer | None = None
 
     # Derived views, computed once per spec: they are read for every row on the hot path.
     @cached_property
@@ -223,6 +228,7 @@ def spec_from_config(
         max_batch_size=max_batch,
         drift_reference=params.get(keys.DRIFT_REFERENCE) or None,
         pinned_version=params.get(keys.CHAMPION_VERSION, "").strip(),
+        explainer=contract.explainer,
     )
 
 

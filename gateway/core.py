@@ -35,15 +35,17 @@ from gateway.clients.triton import Triton
 from gateway.errors import (
     DeadlineExceeded,
     EntityNotFound,
+    GatewayError,
     InvalidInput,
     ModelNotFound,
     OutputMismatch,
     TooLarge,
     Unavailable,
 )
+from gateway.explain import explain, explain_count
 from gateway.observe import Observation, Observer, notify
 from gateway.request import PredictRequest, validate
-from gateway.responses import PredictResult, predictions
+from gateway.responses import Prediction, PredictResult, predictions
 from gateway.settings import GatewaySettings
 
 __all__ = ["PredictResult", "Predictor", "assemble_input"]
@@ -120,6 +122,7 @@ class Predictor:
         if self.fallback is not None:
             spec = await self.fallback.serving(spec)
         entity_rows, request_values = validate(spec, request)
+        asked = explain_count(spec, request.explain)  # checked here: a bad one fails only its request
         batcher = self._batchers.get(spec)
         if batcher is None:
             batcher = Batcher(
@@ -129,7 +132,7 @@ class Predictor:
                 fails_queue=lambda exc: isinstance(exc, Unavailable),
             )
             self._batchers[spec] = batcher
-        result: PredictResult = await batcher.submit(entity_rows, request_values)
+        result: PredictResult = await batcher.submit(entity_rows, request_values, asked)
         return result
 
     async def _run_batch(self, spec: ModelSpec, batch: list[Pending]) -> None:
@@ -177,9 +180,14 @@ class Predictor:
             request_values = [request_values[i] for i in rows]
             online = {k: [v[i] for i in rows] for k, v in online.items()}
         inputs = assemble_input(spec, request_values, online, len(rows))
+        asking = [(item, part) for item, part in served if item.explain]  # reason codes: see _explained
+        explained: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | BaseException | None = None
         start = time.perf_counter()
         try:
-            out, ran = await self._infer(spec, inputs)
+            if asking:
+                (out, ran), explained = await self._infer_explained(spec, inputs, asking, len(rows))
+            else:
+                out, ran = await self._infer(spec, inputs)
         except ModelNotFound:
             self.forget(spec.name)  # a reload may have changed it: resolve again next time
             raise
@@ -190,6 +198,8 @@ class Predictor:
         except OutputMismatch:
             self.forget(spec.name)  # the export and the model disagree: a reload may fix either
             raise
+        if asking:
+            scored = _explained(spec, scored, asking, explained)
         oldest = [fetched.oldest_epoch_s[i] for i in rows]
         for item, part in served:
             if item.future.done():  # its caller gave up while Triton answered
@@ -217,6 +227,51 @@ class Predictor:
                 spec, ran or spec.version, inputs, scored, entities, time.time(), sizes, times, ids
             )
             asyncio.get_running_loop().call_soon(notify, self.observers, seen)
+
+    async def _infer_explained(
+        self,
+        spec: ModelSpec,
+        inputs: dict[str, np.ndarray],
+        asking: list[tuple[Pending, slice]],
+        rows: int,
+    ) -> tuple[
+        tuple[dict[str, np.ndarray], str | None],
+        tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | BaseException,
+    ]:
+        """The model's answer for ``inputs`` and, in a call sent at the same time (not after:
+        the explanation then costs its own latency only where it is the slower), the
+        explainer's for the rows of the requests in ``asking``, with the inputs it got. The
+        explainer's failure is returned, not raised: it is only the asking requests'."""
+        picked = inputs
+        if sum(part.stop - part.start for _, part in asking) < rows:
+            index = np.concatenate([np.arange(part.start, part.stop) for _, part in asking])
+            picked = {name: array[index] for name, array in inputs.items()}
+        predicted, explained = await asyncio.gather(
+            self._infer(spec, inputs), self._explainer(spec, picked), return_exceptions=True
+        )
+        if isinstance(predicted, BaseException):
+            raise predicted
+        if isinstance(explained, BaseException):
+            if not isinstance(explained, Exception):
+                raise explained  # cancelled: not the explainer's failure
+            return predicted, explained
+        return predicted, (explained, picked)
+
+    async def _explainer(self, spec: ModelSpec, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The explainer's contributions and base values for ``inputs`` (the model's own), in
+        calls of at most the model's ``max_batch_size`` rows (the explainer is exported with it)."""
+        explainer = spec.explainer
+        assert explainer is not None  # explain_count let only models with one ask
+        wanted = (explainer.contributions, explainer.base_value)
+        pieces = split_rows(inputs, spec.max_batch_size)
+        try:
+            answers = await asyncio.gather(*(self.triton.infer(explainer.model, p, wanted) for p in pieces))
+        except ModelNotFound as exc:
+            raise ModelNotFound(
+                f"model {spec.name!r} names the explainer {explainer.model!r}, which Triton does not "
+                "serve: load the repository that `builder export --explain` wrote"
+            ) from exc
+        return join_rows([out for out, _ in answers])
 
     async def _infer(
         self, spec: ModelSpec, inputs: dict[str, np.ndarray]
@@ -252,6 +307,32 @@ def _shared_failure(exc: BaseException) -> bool:
     """Whether ``exc`` is nobody's input: a dependency down or late, or the model gone. Serving
     a batch's requests alone would then fail each the same way, only later."""
     return isinstance(exc, Unavailable | DeadlineExceeded | ModelNotFound)
+
+
+def _explained(
+    spec: ModelSpec,
+    scored: list[Prediction],
+    asking: list[tuple[Pending, slice]],
+    explained: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] | BaseException | None,
+) -> list[Prediction]:
+    """``scored`` with the asking requests' explanations; where the explainer failed (or its
+    answer breaks the contract), those requests get the error and the others their scores."""
+    try:
+        if explained is None or isinstance(explained, BaseException):
+            raise explained or GatewayError("the explainer did not answer")
+        out, inputs = explained
+        index = [i for _, part in asking for i in range(part.start, part.stop)]
+        ks = [item.explain for item, part in asking for _ in range(part.start, part.stop)]
+        done = explain(spec, out, inputs, [scored[i] for i in index], ks)
+    except Exception as exc:
+        for item, _ in asking:
+            if not item.future.done():
+                item.future.set_exception(exc)
+        return scored
+    scored = list(scored)
+    for i, prediction in zip(index, done, strict=True):
+        scored[i] = prediction
+    return scored
 
 
 def _refusal(

@@ -59,6 +59,13 @@ class RefusedByStore(InvalidInput):
     cause = "refused_by_store"
 
 
+class NoExplainer(InvalidInput):
+    """Reason codes asked of a model exported without an explainer (``builder export --explain``
+    writes one), or of a model whose answers the explainer cannot match (several targets)."""
+
+    cause = "no_explainer"
+
+
 class Unauthenticated(GatewayError):
     http_status = 401
     grpc_code = grpc.StatusCode.UNAUTHENTICATED

@@ -29,6 +29,9 @@ class Row:
 class PredictRequest:
     model: str
     rows: tuple[Row, ...]
+    # ``"explain": k``, as the caller sent it (any JSON scalar; gRPC: an int64), checked by
+    # gateway/explain.py; None: no reason codes asked, and none computed.
+    explain: Scalar | None = None
 
 
 def validate(spec: ModelSpec, request: PredictRequest) -> tuple[list[EntityRow], list[RequestValues]]:

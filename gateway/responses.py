@@ -34,6 +34,41 @@ from gateway.catalog import ClassLabel, Kind, ModelSpec
 from gateway.errors import OutputMismatch
 
 
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """One reason code: a column, the value the model saw (None: missing, the model got its
+    stand-in), and its signed SHAP contribution to the raw score (gateway/explain.py)."""
+
+    column: str
+    value: bool | int | float | str | None
+    contribution: float
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """A prediction's top reasons, largest |contribution| first, for the output ``explains``
+    (a class label, or ``"prediction"``) in ``units``. ``base_value`` plus every column's
+    contribution (``columns`` of them; ``reasons`` may hold fewer) is ``raw_score``."""
+
+    explains: ClassLabel
+    units: str
+    base_value: float
+    raw_score: float
+    columns: int
+    reasons: tuple[Reason, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "explains": self.explains,
+            "units": self.units,
+            "base_value": self.base_value,
+            "raw_score": self.raw_score,
+            "reasons": [
+                {"column": r.column, "value": r.value, "contribution": r.contribution} for r in self.reasons
+            ],
+        }
+
+
 @dataclass(frozen=True)
 class Prediction:
     defaults_used: bool  # some online value was missing and stood in for (see gateway/assemble.py)
@@ -48,6 +83,7 @@ class Prediction:
     values: tuple[float, ...] | None = None  # regression with serving.targets > 1
     outlier: bool | None = None  # kind outlier
     distances: tuple[float, ...] | None = None  # kind cluster: to each cluster centre
+    explanation: Explanation | None = None  # reason codes, when the request asked (``explain``)
 
 
 @dataclass(frozen=True)
@@ -73,6 +109,9 @@ class PredictResult:
         rows = [_as_dict(self.kind, p) for p in self.predictions]
         for row, prediction_id in zip(rows, self.prediction_ids(), strict=False):
             row["id"] = prediction_id
+        for row, p in zip(rows, self.predictions, strict=True):
+            if p.explanation is not None:
+                row["explanation"] = p.explanation.to_dict()
         body["predictions"] = rows
         body["feature_age_seconds"] = self.feature_age_s
         return body

@@ -17,6 +17,7 @@ gateway's request id and the features' age are response parameters (``prediction
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Final
 
 import grpc
@@ -93,6 +94,18 @@ def infer_response(request: Any, outputs: tuple[mapping.TensorSpec, ...], result
     return response
 
 
+def _explain_parameter(request: Any) -> Scalar | None:
+    """The ``explain`` parameter of the ``explanations`` output asked, in whichever of
+    InferParameter's kinds it came (the core refuses all but an integer), or None."""
+    for output in request.outputs:
+        if output.name == mapping.EXPLANATIONS and "explain" in output.parameters:
+            param = output.parameters["explain"]
+            kind = param.WhichOneof("parameter_choice")
+            value: Scalar | None = getattr(param, kind) if kind else None
+            return value
+    return None
+
+
 def _tensor_metadata(tensors: tuple[mapping.TensorSpec, ...]) -> list[Any]:
     TensorMetadata = service_pb2.ModelMetadataResponse.TensorMetadata  # a message class
     return [TensorMetadata(name=t.name, datatype=t.datatype, shape=t.shape) for t in tensors]
@@ -147,6 +160,9 @@ class OipServicer:
         spec = await self._spec(request.model_name, request.model_version)
         wanted = mapping.wanted(spec, [o.name for o in request.outputs])
         predict = mapping.to_request(spec, tensors(spec, request))
+        explain = mapping.explain_asked(spec, wanted, _explain_parameter(request))
+        if explain is not None:
+            predict = dataclasses.replace(predict, explain=explain)
         return infer_response(request, wanted, await self.service.predictor.predict(predict))
 
 

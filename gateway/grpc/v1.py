@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import grpc
 import numpy as np
+from google.protobuf import unknown_fields
 
 from gateway.errors import InvalidInput
 from gateway.grpc.handling import Context, Rpc, generic_handler
 from gateway.proto import gateway_pb2, to_value
 from gateway.request import PredictRequest, Row
-from gateway.responses import Prediction, PredictResult
+from gateway.responses import Explanation, Prediction, PredictResult
 from gateway.service import Service
 from gateway.values import Scalar
 
@@ -33,8 +34,28 @@ def _row(i: int, row: gateway_pb2.Row) -> Row:
     return Row(fields)
 
 
+_EXPLAIN = gateway_pb2.PredictRequest.DESCRIPTOR.fields_by_name["explain"].number
+
+
 def parse_request(request: gateway_pb2.PredictRequest) -> PredictRequest:
-    return PredictRequest(request.model, tuple(_row(i, r) for i, r in enumerate(request.rows)))
+    explain = request.explain if request.HasField("explain") else None
+    # A value of another wire type on ``explain``'s number (a double, a string) is not an
+    # int64: protobuf keeps it aside as an unknown field, which would silently ask nothing.
+    if explain is None and any(f.field_number == _EXPLAIN for f in unknown_fields.UnknownFieldSet(request)):
+        raise InvalidInput("explain must be a whole number of reason codes (an int64)", field="explain")
+    rows = tuple(_row(i, r) for i, r in enumerate(request.rows))
+    return PredictRequest(request.model, rows, explain)
+
+
+def _explanation(e: Explanation) -> gateway_pb2.Explanation:
+    message = gateway_pb2.Explanation(
+        explains=to_value(e.explains), units=e.units, base_value=e.base_value, raw_score=e.raw_score
+    )
+    for r in e.reasons:
+        reason = message.reasons.add(column=r.column, contribution=r.contribution)
+        if r.value is not None:
+            reason.value.CopyFrom(to_value(r.value))
+    return message
 
 
 def _output(array: np.ndarray) -> gateway_pb2.Output:
@@ -64,6 +85,8 @@ def _prediction(p: Prediction) -> gateway_pb2.Prediction:
         message.distances.extend(p.distances)
     for name, array in p.outputs.items():
         message.outputs[name].CopyFrom(_output(array))
+    if p.explanation is not None:
+        message.explanation.CopyFrom(_explanation(p.explanation))
     return message
 
 

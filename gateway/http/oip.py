@@ -20,6 +20,7 @@ Model routes take the ``/v1`` routes' auth; the server's health and metadata sta
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -153,6 +154,18 @@ def _output_names(raw: Any) -> list[str]:
     return [o["name"] for o in raw]
 
 
+def _explain_parameter(raw: Any) -> Any:
+    """The ``explain`` parameter of the ``explanations`` output a request names, or None."""
+    for item in raw or ():
+        params = item.get("parameters") or {}
+        if item["name"] == mapping.EXPLANATIONS and isinstance(params, dict):
+            value = params.get("explain")
+            if value is not None and not isinstance(value, bool | int | float | str):
+                raise BadRequest("output 'explanations': parameter explain must be a whole number")
+            return value
+    return None
+
+
 def parse_infer(spec: ModelSpec, doc: Any, binary: bytes) -> InferCall:
     """An infer body (the JSON header, parsed, and the binary tail) as one InferCall."""
     if not isinstance(doc, dict):
@@ -167,7 +180,9 @@ def parse_infer(spec: ModelSpec, doc: Any, binary: bytes) -> InferCall:
     if not isinstance(request_id, str):
         raise BadRequest("id must be a string")
     request = mapping.to_request(spec, _tensors(spec, items, binary))
-    return InferCall(request, mapping.wanted(spec, _output_names(doc.get("outputs"))), request_id)
+    outputs = mapping.wanted(spec, _output_names(doc.get("outputs")))
+    explain = mapping.explain_asked(spec, outputs, _explain_parameter(doc.get("outputs")))
+    return InferCall(dataclasses.replace(request, explain=explain), outputs, request_id)
 
 
 def infer_body(call: InferCall, result: PredictResult) -> dict[str, Any]:

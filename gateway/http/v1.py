@@ -27,6 +27,7 @@ from gateway.stats.counts import window_seconds
 from gateway.values import Scalar
 
 _PREFIX, _SUFFIX = "/v1/models/", "/predict"
+EXPLAIN = "explain"  # the body's top-level option: reason codes per prediction (gateway/explain.py)
 
 
 def predict_model(path: str) -> str | None:
@@ -48,18 +49,23 @@ def _valid_text(text: str) -> bool:
     return True
 
 
-def rows_of(body: Any) -> list[Any]:
-    """``{"rows": [...]}`` for a batch, or one row object on its own (not yet checked)."""
+def rows_of(body: Any) -> tuple[list[Any], Any]:
+    """``{"rows": [...]}`` for a batch, or one row object on its own (not yet checked), and the
+    body's ``explain`` (None when absent; checked by the core, gateway/explain.py). In a one-row
+    body ``explain`` is the option, never a field of the row."""
     if not isinstance(body, dict):
         raise BadRequest('body must be a JSON object: one row, or {"rows": [...]}')
+    explain = body.get(EXPLAIN)
     if "rows" in body:
         if not isinstance(body["rows"], list):
             raise InvalidInput("rows must be a list of row objects", field="rows")
-        if len(body) > 1:
-            extra = sorted(set(body) - {"rows"})[0]
-            raise InvalidInput(f"unknown top-level field {extra!r}", field=extra)
-        return body["rows"]
-    return [body]
+        extra = sorted(set(body) - {"rows", EXPLAIN})
+        if extra:
+            raise InvalidInput(f"unknown top-level field {extra[0]!r}", field=extra[0])
+        return body["rows"], explain
+    if EXPLAIN in body:
+        body = {k: v for k, v in body.items() if k != EXPLAIN}
+    return [body], explain
 
 
 def _row(i: int, row: Any) -> Row:
@@ -85,7 +91,11 @@ def _row(i: int, row: Any) -> Row:
 
 def parse_request(model: str, body: bytes) -> PredictRequest:
     """An HTTP predict body (one row, or ``{"rows": [...]}``) as the typed request."""
-    return PredictRequest(model, tuple(_row(i, r) for i, r in enumerate(rows_of(parse_json(body)))))
+    rows, explain = rows_of(parse_json(body))
+    if explain is not None and not isinstance(explain, bool | int | float | str):
+        kind = "an array" if isinstance(explain, list) else "an object"
+        raise InvalidInput(f"explain must be a whole number of reason codes, not {kind}", field=EXPLAIN)
+    return PredictRequest(model, tuple(_row(i, r) for i, r in enumerate(rows)), explain)
 
 
 class PredictRoute(BareRoute):

@@ -15,18 +15,25 @@ probabilities ``label`` and (when the model has them) ``scores``; regression ``v
 kind ``defaults_used`` (BOOL ``[N, 1]``). A label is BYTES when the classes are strings, INT64
 when integers, BOOL or FP64 when those. Kind ``other`` passes untyped outputs through and has no
 fixed tensors: it is refused here (use ``/v1/models/{m}/predict``).
+
+A model exported with an explainer (``builder export --explain``) also lists ``explanations``
+(BYTES ``[N, 1]``): per row, the reason codes as the JSON object ``/v1`` answers under
+``explanation`` (docs/explain.md). It is computed only when a request names it among its
+``outputs`` (a request naming none gets every other output), with the output's parameter
+``explain`` (k, default: every column) checked like ``/v1``'s ``explain``.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.metadata
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from gateway.catalog import ModelSpec
-from gateway.errors import BadRequest, ModelNotFound, SpecError
+from gateway.errors import BadRequest, ModelNotFound, NoExplainer, SpecError
 from gateway.request import PredictRequest, Row
 from gateway.responses import Prediction, PredictResult
 from gateway.values import Scalar
@@ -39,6 +46,9 @@ ACCEPTED: Final[dict[str, tuple[str, ...]]] = {
     "bool": ("BOOL",),
     "string": ("BYTES",),
 }
+
+
+EXPLANATIONS: Final = "explanations"  # the reason codes' output, of models with an explainer
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,15 +181,24 @@ def outputs(spec: ModelSpec) -> tuple[TensorSpec, ...]:
             TensorSpec("probabilities", "FP64", (-1, width)),
             TensorSpec("score", "FP64", (-1, 1)),
         ]
-    return (*found, TensorSpec("defaults_used", "BOOL", (-1, 1)))
+    found.append(TensorSpec("defaults_used", "BOOL", (-1, 1)))
+    if spec.explainer is not None:
+        found.append(TensorSpec(EXPLANATIONS, "BYTES", (-1, 1)))
+    return tuple(found)
 
 
 def wanted(spec: ModelSpec, names: Sequence[str]) -> tuple[TensorSpec, ...]:
     """The outputs a request asks for (all when it names none); an unknown name is refused."""
     every = outputs(spec)
-    if not names:
-        return every
+    if not names:  # reason codes cost an explainer call: only for requests that name them
+        return tuple(t for t in every if t.name != EXPLANATIONS)
     known = {t.name: t for t in every}
+    if EXPLANATIONS in names and EXPLANATIONS not in known:
+        raise NoExplainer(
+            f"model {spec.name!r} has no explainer, so no {EXPLANATIONS!r} output: export it with "
+            f"`builder export --explain` (it writes {spec.name}_explain beside the model)",
+            field="outputs",
+        )
     unknown = [n for n in names if n not in known]
     if unknown:
         raise BadRequest(f"unknown output {unknown[0]!r}; model {spec.name!r} answers {', '.join(known)}")
@@ -189,7 +208,18 @@ def wanted(spec: ModelSpec, names: Sequence[str]) -> tuple[TensorSpec, ...]:
 _FIELDS: Final[Mapping[str, str]] = {"label": "label", "score": "score", "outlier": "outlier"}
 
 
+def explain_asked(spec: ModelSpec, tensors: Sequence[TensorSpec], parameter: Scalar | None) -> Scalar | None:
+    """The ``explain`` of a request answering ``tensors``: None unless ``explanations`` is among
+    them, then the output's ``explain`` parameter (checked by the core), else every column."""
+    if not any(t.name == EXPLANATIONS for t in tensors):
+        return None
+    return len(spec.columns) if parameter is None else parameter
+
+
 def _row(name: str, p: Prediction) -> list[Any]:
+    if name == EXPLANATIONS:
+        explained = p.explanation.to_dict() if p.explanation is not None else None
+        return [json.dumps(explained, ensure_ascii=False, allow_nan=False, separators=(",", ":"))]
     if name == "probabilities":
         return list(p.probabilities)
     if name == "scores":

@@ -79,10 +79,15 @@ def hash_key(salt: bytes, value: object) -> str:
 
 
 def to_table(
-    observation: Observation, rows: np.ndarray, views: Mapping[str, str], salt: bytes | None
+    observation: Observation,
+    rows: np.ndarray,
+    views: Mapping[str, str],
+    salt: bytes | None,
+    explanations: bool = False,
 ) -> pa.Table:
     """The ``rows`` (indices) of ``observation`` as log rows; ``views`` maps each online
-    feature to its view's name (``OnlineFeatures.feature_views``); ``salt`` hashes the keys."""
+    feature to its view's name (``OnlineFeatures.feature_views``); ``salt`` hashes the keys;
+    ``explanations`` adds the reason codes predictions were asked for."""
     spec = observation.spec
     n = len(rows)
     columns: dict[str, pa.Array] = {}
@@ -111,6 +116,8 @@ def to_table(
     columns[ANSWERED_BY] = pa.array([spec.answered_by or spec.name] * n, type=pa.string())
     columns[FALLBACK] = pa.array([bool(spec.answered_by)] * n, type=pa.bool_())
     columns.update(_predictions(spec, [observation.predictions[i] for i in rows]))
+    if explanations:
+        columns.update(_explanations([observation.predictions[i] for i in rows]))
     if observation.challenger is not None:
         columns.update(_challenger(observation.challenger, rows))
     at = int(observation.at * 1_000_000)
@@ -134,6 +141,41 @@ def _served(spec: ModelSpec, values: np.ndarray, dtype: str) -> tuple[Any, np.nd
         listed = [v.decode() if isinstance(v, bytes) else str(v) for v in values]
         return listed, np.array([v == "" for v in listed], dtype=bool)
     return np.asarray(values), np.zeros(len(values), dtype=bool)  # int64/bool are never missing
+
+
+_REASON: Final = pa.struct([("column", pa.string()), ("value", pa.string()), ("contribution", pa.float64())])
+
+
+def _explanations(predictions: Sequence[Prediction]) -> dict[str, pa.Array]:
+    """The reason codes of the predictions that asked (``explain``), null in the others:
+    ``__explanation_reasons`` (column, the value as text, contribution; largest first),
+    ``__explanation_base_value``, ``__explanation_raw_score`` and ``__explanation_explains``."""
+    found = [p.explanation for p in predictions]
+    reasons = [
+        None
+        if e is None
+        else [
+            {
+                "column": r.column,
+                "value": None if r.value is None else str(r.value),
+                "contribution": r.contribution,
+            }
+            for r in e.reasons
+        ]
+        for e in found
+    ]
+    return {
+        "__explanation_explains": pa.array(
+            [None if e is None else str(e.explains) for e in found], pa.string()
+        ),
+        "__explanation_base_value": pa.array(
+            [None if e is None else e.base_value for e in found], pa.float64()
+        ),
+        "__explanation_raw_score": pa.array(
+            [None if e is None else e.raw_score for e in found], pa.float64()
+        ),
+        "__explanation_reasons": pa.array(reasons, type=pa.list_(_REASON)),
+    }
 
 
 def _challenger(answer: ChallengerAnswer, rows: np.ndarray) -> dict[str, pa.Array]:

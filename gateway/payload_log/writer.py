@@ -40,6 +40,7 @@ class LogConfig:
     flush_s: float = 10.0
     close_s: float = 5.0
     salt: bytes | None = None  # hash entity keys with it; None: keys as they are
+    explanations: bool = False  # the reason codes asked for (layout.py's __explanation_* columns)
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,8 @@ class PayloadLog:
             rows = sum(len(i.rows) for i in items)
             try:
                 views = self._views_of(spec)
-                tables = [to_table(i.observation, i.rows, views, self.config.salt) for i in items]
+                salt, explained = self.config.salt, self.config.explanations
+                tables = [to_table(i.observation, i.rows, views, salt, explained) for i in items]
                 self.sink.write(spec.name, day, pa.concat_tables(tables))
             except Exception as exc:  # a log that cannot be written never takes the gateway down
                 metrics.PAYLOAD_LOG_ROWS.labels("failed").inc(rows)

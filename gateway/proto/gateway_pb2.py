@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgateway/proto/gateway.proto\x12\ngateway.v1\"j\n\x05Value\x12\x13\n\tint_value\x18\x01 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x02 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x03 \x01(\tH\x00\x12\x14\n\nbool_value\x18\x04 \x01(\x08H\x00\x42\x06\n\x04kind\"t\n\x03Row\x12+\n\x06\x66ields\x18\x01 \x03(\x0b\x32\x1b.gateway.v1.Row.FieldsEntry\x1a@\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.gateway.v1.Value:\x02\x38\x01\">\n\x0ePredictRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x1d\n\x04rows\x18\x02 \x03(\x0b\x32\x0f.gateway.v1.Row\"8\n\x06Output\x12\x0e\n\x06values\x18\x01 \x03(\x01\x12\x0f\n\x07strings\x18\x02 \x03(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"\xd9\x02\n\nPrediction\x12\r\n\x05score\x18\x01 \x01(\x01\x12\r\n\x05label\x18\x02 \x01(\x03\x12\x15\n\rprobabilities\x18\x03 \x03(\x02\x12\x15\n\rdefaults_used\x18\x04 \x01(\x08\x12&\n\x0b\x63lass_label\x18\x05 \x01(\x0b\x32\x11.gateway.v1.Value\x12\r\n\x05value\x18\x06 \x01(\x01\x12\x34\n\x07outputs\x18\x07 \x03(\x0b\x32#.gateway.v1.Prediction.OutputsEntry\x12\x0f\n\x07outlier\x18\x08 \x01(\x08\x12\x0e\n\x06scores\x18\t \x03(\x01\x12\x0e\n\x06values\x18\n \x03(\x01\x12\n\n\x02id\x18\x0b \x01(\t\x12\x11\n\tdistances\x18\x0c \x03(\x01\x1a\x42\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12!\n\x05value\x18\x02 \x01(\x0b\x32\x12.gateway.v1.Output:\x02\x38\x01\"\xbf\x01\n\x0fPredictResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12+\n\x0bpredictions\x18\x03 \x03(\x0b\x32\x16.gateway.v1.Prediction\x12\x1b\n\x13\x66\x65\x61ture_age_seconds\x18\x04 \x01(\x01\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\"\n\x07\x63lasses\x18\x06 \x03(\x0b\x32\x11.gateway.v1.Value\x12\n\n\x02id\x18\x07 \x01(\t2M\n\x07Gateway\x12\x42\n\x07Predict\x12\x1a.gateway.v1.PredictRequest\x1a\x1b.gateway.v1.PredictResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bgateway/proto/gateway.proto\x12\ngateway.v1\"j\n\x05Value\x12\x13\n\tint_value\x18\x01 \x01(\x03H\x00\x12\x16\n\x0c\x64ouble_value\x18\x02 \x01(\x01H\x00\x12\x16\n\x0cstring_value\x18\x03 \x01(\tH\x00\x12\x14\n\nbool_value\x18\x04 \x01(\x08H\x00\x42\x06\n\x04kind\"t\n\x03Row\x12+\n\x06\x66ields\x18\x01 \x03(\x0b\x32\x1b.gateway.v1.Row.FieldsEntry\x1a@\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.gateway.v1.Value:\x02\x38\x01\"`\n\x0ePredictRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x1d\n\x04rows\x18\x02 \x03(\x0b\x32\x0f.gateway.v1.Row\x12\x14\n\x07\x65xplain\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\n\n\x08_explain\"P\n\x06Reason\x12\x0e\n\x06\x63olumn\x18\x01 \x01(\t\x12 \n\x05value\x18\x02 \x01(\x0b\x32\x11.gateway.v1.Value\x12\x14\n\x0c\x63ontribution\x18\x03 \x01(\x01\"\x8d\x01\n\x0b\x45xplanation\x12#\n\x08\x65xplains\x18\x01 \x01(\x0b\x32\x11.gateway.v1.Value\x12\r\n\x05units\x18\x02 \x01(\t\x12\x12\n\nbase_value\x18\x03 \x01(\x01\x12\x11\n\traw_score\x18\x04 \x01(\x01\x12#\n\x07reasons\x18\x05 \x03(\x0b\x32\x12.gateway.v1.Reason\"8\n\x06Output\x12\x0e\n\x06values\x18\x01 \x03(\x01\x12\x0f\n\x07strings\x18\x02 \x03(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\"\x87\x03\n\nPrediction\x12\r\n\x05score\x18\x01 \x01(\x01\x12\r\n\x05label\x18\x02 \x01(\x03\x12\x15\n\rprobabilities\x18\x03 \x03(\x02\x12\x15\n\rdefaults_used\x18\x04 \x01(\x08\x12&\n\x0b\x63lass_label\x18\x05 \x01(\x0b\x32\x11.gateway.v1.Value\x12\r\n\x05value\x18\x06 \x01(\x01\x12\x34\n\x07outputs\x18\x07 \x03(\x0b\x32#.gateway.v1.Prediction.OutputsEntry\x12\x0f\n\x07outlier\x18\x08 \x01(\x08\x12\x0e\n\x06scores\x18\t \x03(\x01\x12\x0e\n\x06values\x18\n \x03(\x01\x12\n\n\x02id\x18\x0b \x01(\t\x12\x11\n\tdistances\x18\x0c \x03(\x01\x12,\n\x0b\x65xplanation\x18\r \x01(\x0b\x32\x17.gateway.v1.Explanation\x1a\x42\n\x0cOutputsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12!\n\x05value\x18\x02 \x01(\x0b\x32\x12.gateway.v1.Output:\x02\x38\x01\"\xbf\x01\n\x0fPredictResponse\x12\r\n\x05model\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12+\n\x0bpredictions\x18\x03 \x03(\x0b\x32\x16.gateway.v1.Prediction\x12\x1b\n\x13\x66\x65\x61ture_age_seconds\x18\x04 \x01(\x01\x12\x0c\n\x04kind\x18\x05 \x01(\t\x12\"\n\x07\x63lasses\x18\x06 \x03(\x0b\x32\x11.gateway.v1.Value\x12\n\n\x02id\x18\x07 \x01(\t2M\n\x07Gateway\x12\x42\n\x07Predict\x12\x1a.gateway.v1.PredictRequest\x1a\x1b.gateway.v1.PredictResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -42,15 +42,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ROW_FIELDSENTRY']._serialized_start=203
   _globals['_ROW_FIELDSENTRY']._serialized_end=267
   _globals['_PREDICTREQUEST']._serialized_start=269
-  _globals['_PREDICTREQUEST']._serialized_end=331
-  _globals['_OUTPUT']._serialized_start=333
-  _globals['_OUTPUT']._serialized_end=389
-  _globals['_PREDICTION']._serialized_start=392
-  _globals['_PREDICTION']._serialized_end=737
-  _globals['_PREDICTION_OUTPUTSENTRY']._serialized_start=671
-  _globals['_PREDICTION_OUTPUTSENTRY']._serialized_end=737
-  _globals['_PREDICTRESPONSE']._serialized_start=740
-  _globals['_PREDICTRESPONSE']._serialized_end=931
-  _globals['_GATEWAY']._serialized_start=933
-  _globals['_GATEWAY']._serialized_end=1010
+  _globals['_PREDICTREQUEST']._serialized_end=365
+  _globals['_REASON']._serialized_start=367
+  _globals['_REASON']._serialized_end=447
+  _globals['_EXPLANATION']._serialized_start=450
+  _globals['_EXPLANATION']._serialized_end=591
+  _globals['_OUTPUT']._serialized_start=593
+  _globals['_OUTPUT']._serialized_end=649
+  _globals['_PREDICTION']._serialized_start=652
+  _globals['_PREDICTION']._serialized_end=1043
+  _globals['_PREDICTION_OUTPUTSENTRY']._serialized_start=977
+  _globals['_PREDICTION_OUTPUTSENTRY']._serialized_end=1043
+  _globals['_PREDICTRESPONSE']._serialized_start=1046
+  _globals['_PREDICTRESPONSE']._serialized_end=1237
+  _globals['_GATEWAY']._serialized_start=1239
+  _globals['_GATEWAY']._serialized_end=1316
 # @@protoc_insertion_point(module_scope)

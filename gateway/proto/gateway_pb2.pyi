@@ -32,12 +32,38 @@ class Row(_message.Message):
     def __init__(self, fields: _Optional[_Mapping[str, Value]] = ...) -> None: ...
 
 class PredictRequest(_message.Message):
-    __slots__ = ("model", "rows")
+    __slots__ = ("model", "rows", "explain")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
+    EXPLAIN_FIELD_NUMBER: _ClassVar[int]
     model: str
     rows: _containers.RepeatedCompositeFieldContainer[Row]
-    def __init__(self, model: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ...) -> None: ...
+    explain: int
+    def __init__(self, model: _Optional[str] = ..., rows: _Optional[_Iterable[_Union[Row, _Mapping]]] = ..., explain: _Optional[int] = ...) -> None: ...
+
+class Reason(_message.Message):
+    __slots__ = ("column", "value", "contribution")
+    COLUMN_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    CONTRIBUTION_FIELD_NUMBER: _ClassVar[int]
+    column: str
+    value: Value
+    contribution: float
+    def __init__(self, column: _Optional[str] = ..., value: _Optional[_Union[Value, _Mapping]] = ..., contribution: _Optional[float] = ...) -> None: ...
+
+class Explanation(_message.Message):
+    __slots__ = ("explains", "units", "base_value", "raw_score", "reasons")
+    EXPLAINS_FIELD_NUMBER: _ClassVar[int]
+    UNITS_FIELD_NUMBER: _ClassVar[int]
+    BASE_VALUE_FIELD_NUMBER: _ClassVar[int]
+    RAW_SCORE_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    explains: Value
+    units: str
+    base_value: float
+    raw_score: float
+    reasons: _containers.RepeatedCompositeFieldContainer[Reason]
+    def __init__(self, explains: _Optional[_Union[Value, _Mapping]] = ..., units: _Optional[str] = ..., base_value: _Optional[float] = ..., raw_score: _Optional[float] = ..., reasons: _Optional[_Iterable[_Union[Reason, _Mapping]]] = ...) -> None: ...
 
 class Output(_message.Message):
     __slots__ = ("values", "strings", "shape")
@@ -50,7 +76,7 @@ class Output(_message.Message):
     def __init__(self, values: _Optional[_Iterable[float]] = ..., strings: _Optional[_Iterable[str]] = ..., shape: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Prediction(_message.Message):
-    __slots__ = ("score", "label", "probabilities", "defaults_used", "class_label", "value", "outputs", "outlier", "scores", "values", "id", "distances")
+    __slots__ = ("score", "label", "probabilities", "defaults_used", "class_label", "value", "outputs", "outlier", "scores", "values", "id", "distances", "explanation")
     class OutputsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -70,6 +96,7 @@ class Prediction(_message.Message):
     VALUES_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     DISTANCES_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
     score: float
     label: int
     probabilities: _containers.RepeatedScalarFieldContainer[float]
@@ -82,7 +109,8 @@ class Prediction(_message.Message):
     values: _containers.RepeatedScalarFieldContainer[float]
     id: str
     distances: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, score: _Optional[float] = ..., label: _Optional[int] = ..., probabilities: _Optional[_Iterable[float]] = ..., defaults_used: _Optional[bool] = ..., class_label: _Optional[_Union[Value, _Mapping]] = ..., value: _Optional[float] = ..., outputs: _Optional[_Mapping[str, Output]] = ..., outlier: _Optional[bool] = ..., scores: _Optional[_Iterable[float]] = ..., values: _Optional[_Iterable[float]] = ..., id: _Optional[str] = ..., distances: _Optional[_Iterable[float]] = ...) -> None: ...
+    explanation: Explanation
+    def __init__(self, score: _Optional[float] = ..., label: _Optional[int] = ..., probabilities: _Optional[_Iterable[float]] = ..., defaults_used: _Optional[bool] = ..., class_label: _Optional[_Union[Value, _Mapping]] = ..., value: _Optional[float] = ..., outputs: _Optional[_Mapping[str, Output]] = ..., outlier: _Optional[bool] = ..., scores: _Optional[_Iterable[float]] = ..., values: _Optional[_Iterable[float]] = ..., id: _Optional[str] = ..., distances: _Optional[_Iterable[float]] = ..., explanation: _Optional[_Union[Explanation, _Mapping]] = ...) -> None: ...
 
 class PredictResponse(_message.Message):
     __slots__ = ("model", "model_version", "predictions", "feature_age_seconds", "kind", "classes", "id")

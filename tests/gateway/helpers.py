@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -249,3 +250,122 @@ def register_typed(name: str, model: Any, X: pd.DataFrame, params: dict[str, flo
 
 
 BATCH = 16  # the session env's GATEWAY_MAX_BATCH_ROWS
+
+
+def served_frame(
+    stack: Stack, columns: list[str], strings: list[str], rows: list[dict[str, Any]]
+) -> pd.DataFrame:
+    """The model input the gateway assembles for ``rows``: their request fields and the online
+    features the store has now (a missing number NaN, a missing string ``""``, the gateway's
+    stand-ins under GATEWAY_MISSING_ENTITIES=default), numbers as float32, as Triton gets them."""
+    from feature_repo import SERVICE
+    from support.train import model_frame
+
+    service = stack.store.get_feature_service(SERVICE)
+    keys = [{"user_id": r["user_id"], "merchant_id": r["merchant_id"]} for r in rows]
+    online = stack.store.get_online_features(features=service, entity_rows=keys).to_dict()
+    full = [{c: r[c] if c in r else online[c][i] for c in columns} for i, r in enumerate(rows)]
+    frame = model_frame(pd.DataFrame(full, columns=columns), strings)
+    for column in frame.columns:
+        if column not in strings:
+            frame[column] = frame[column].astype(np.float32).astype(np.float64)
+    return frame
+
+
+def shap_by_column(pipeline: Any, frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """shap's TreeExplainer (tree_path_dependent) on the Pipeline's final model, its values
+    summed back per original column through the ColumnTransformer (a one-hot group is one
+    column): ``(rows, columns, outputs)`` and the base values ``(outputs,)``."""
+    import warnings
+
+    with warnings.catch_warnings():  # matplotlib's deprecations, at shap's import
+        warnings.simplefilter("ignore")
+        import shap
+
+    pre, model = pipeline[:-1], pipeline.steps[-1][1]
+    features = pre.transform(frame)
+    features = np.asarray(features.toarray() if hasattr(features, "toarray") else features, dtype=np.float64)
+    transformer = pre.steps[0][1]  # the ColumnTransformer
+    groups: list[int] = []
+    for name, fitted, columns in transformer.transformers_:
+        if name == "remainder" or fitted == "drop":
+            continue
+        encoder = fitted.steps[-1][1] if hasattr(fitted, "steps") else fitted
+        widths = (
+            [len(c) for c in encoder.categories_] if hasattr(encoder, "categories_") else [1] * len(columns)
+        )
+        for column, width in zip(columns, widths, strict=True):
+            groups += [list(frame.columns).index(column)] * width
+    assert len(groups) == features.shape[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        explainer = shap.TreeExplainer(model, feature_perturbation="tree_path_dependent")
+        values = np.asarray(explainer.shap_values(features), dtype=np.float64)
+    values = values if values.ndim == 3 else values[:, :, None]
+    out = np.zeros((len(frame), len(frame.columns), values.shape[2]))
+    for f, column in enumerate(groups):
+        out[:, column, :] += values[:, f, :]
+    return out, np.atleast_1d(np.asarray(explainer.expected_value, dtype=np.float64)).reshape(-1)
+
+
+def register_multiclass(stack: Stack, name: str) -> Any:
+    """A three-class HistGradientBoosting Pipeline on the demo's features (0: a small amount,
+    1: a large one, 2: fraud), tagged with the fraud model's feature service, ``name@champion``."""
+    import mlflow
+    from mlflow import MlflowClient
+    from sklearn.compose import ColumnTransformer
+    from sklearn.ensemble import HistGradientBoostingClassifier
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import OneHotEncoder
+    from skops.io import dumps, get_untrusted_types
+
+    from feast_access.service import feature_names, string_features
+    from feature_repo import SERVICE
+    from serving_contract import keys
+    from support.train import (
+        ENTITY_KEYS,
+        REQUEST_FIELDS,
+        STRING_REQUEST_FIELDS,
+        demo_training_frame,
+        model_frame,
+    )
+
+    features = feature_names(stack.store, SERVICE)
+    strings = [*STRING_REQUEST_FIELDS, *string_features(stack.store, SERVICE)]
+    frame = demo_training_frame(stack.store)
+    columns = [*REQUEST_FIELDS, *features]
+    X = model_frame(frame[columns].reset_index(drop=True), strings)
+    y = np.where(frame["is_fraud"].to_numpy() == 1, 2, (X["amount"] > X["amount"].median()).astype(int))
+    numeric = [c for c in columns if c not in strings]
+    preprocess = ColumnTransformer(
+        [
+            ("num", SimpleImputer(strategy="median"), numeric),
+            (
+                "cat",
+                OneHotEncoder(handle_unknown="ignore", sparse_output=False),
+                [c for c in columns if c in strings],
+            ),
+        ]
+    )
+    model = Pipeline([("preprocess", preprocess), ("model", HistGradientBoostingClassifier(max_iter=15))])
+    model.fit(X, y)
+    with mlflow.start_run():
+        mlflow.set_tags(
+            {
+                keys.FEATURE_SERVICE: SERVICE,
+                keys.ENTITY_KEYS: ",".join(ENTITY_KEYS),
+                keys.REQUEST_FIELDS: ",".join(REQUEST_FIELDS),
+                keys.FEATURES: json.dumps(features),
+            }
+        )
+        info = mlflow.sklearn.log_model(
+            model,
+            name="model",
+            input_example=X.iloc[:5],
+            registered_model_name=name,
+            skops_trusted_types=get_untrusted_types(data=dumps(model)),  # our own, just fitted
+            pip_requirements=["scikit-learn"],
+        )
+    MlflowClient().set_registered_model_alias(name, "champion", str(info.registered_model_version))
+    return model, columns, strings

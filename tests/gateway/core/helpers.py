@@ -247,3 +247,97 @@ def svc_config(params: dict[str, Any] = SVC_BINARY, width: int = 1, **change: An
 
 def multi_config(targets: str | None = "3", dims: list[str] | None = None, max_batch_size: int = 8) -> dict:
     return config({**MULTI_TARGET, "serving.targets": targets}, {"prediction": dims or ["3"]}, max_batch_size)
+
+
+# -- reason codes (test_explain.py) ------------------------------------------------------------
+
+EXPLAINED_COLUMNS = [
+    {"name": "amount", "dtype": "float32"},
+    {"name": "channel", "dtype": "string"},
+    {"name": "segment", "dtype": "string"},
+]
+EXPLAINER = {
+    "model": "m_explain",
+    "method": "tree_path_dependent",
+    "units": "raw",
+    "outputs": ["prediction"],
+    "contributions": "contributions",
+    "base_value": "base_value",
+}
+
+
+def explained_config(explainer: bool = True, max_batch_size: int = 64) -> dict:
+    """A regressor's config (columns layout) whose contract names an explainer, or none."""
+    params = {
+        "feast.feature_service": "svc",
+        "feast.entity_keys": "customer_id",
+        "feast.request_fields": '["amount", "channel"]',
+        "serving.layout": "columns",
+        "serving.columns": json.dumps(EXPLAINED_COLUMNS),
+        "serving.kind": "regression",
+        "serving.outputs": json.dumps({"value": "value"}),
+    }
+    if explainer:
+        params["serving.explainer"] = json.dumps(EXPLAINER)
+    types = {"float32": "TYPE_FP32", "string": "TYPE_STRING"}
+    inputs = [{"name": c["name"], "data_type": types[c["dtype"]], "dims": ["1"]} for c in EXPLAINED_COLUMNS]
+    return {
+        "name": "m",
+        "max_batch_size": max_batch_size,
+        "input": inputs,
+        "output": [{"name": "value"}],
+        "parameters": {k: {"string_value": v} for k, v in params.items()},
+    }
+
+
+class ExplainTriton:
+    """Triton as the gateway sees it, serving ``m`` (value = amount) and its explainer
+    ``m_explain`` (contributions amount, 0.5 for ``web`` else -0.5, -0.25; base value 1.0).
+    Every call is recorded with the rows it carried and when it started and ended, so a test
+    sees which calls were made and whether they overlapped."""
+
+    def __init__(self, explainer: bool = True, explainer_fails: bool = False) -> None:
+        self.cfg = explained_config(explainer)
+        self.explainer_fails = explainer_fails
+        self.calls: list[tuple[str, int]] = []  # (model, rows)
+        self.events: list[str] = []  # "start m", "end m_explain", ...
+
+    async def ready_versions(self, model: str) -> list[str]:
+        return ["1"] if model == "m" else []
+
+    async def model_ready_version(self, model: str) -> str | None:
+        return "1" if model == "m" else None
+
+    async def model_config(self, model: str) -> dict:
+        return self.cfg
+
+    async def infer(
+        self, model: str, inputs: dict[str, np.ndarray], outputs: tuple[str, ...], version: str = ""
+    ) -> tuple[dict, str]:
+        n = len(inputs["amount"])
+        self.calls.append((model, n))
+        self.events.append(f"start {model}")
+        await asyncio.sleep(0.01)  # a real call waits on the network: the loop runs others meanwhile
+        self.events.append(f"end {model}")
+        amount = inputs["amount"].reshape(n).astype(np.float64)
+        if model == "m":
+            return {"value": amount.reshape(n, 1).astype(np.float32)}, "1"
+        if self.explainer_fails:
+            from gateway.errors import GatewayError
+
+            raise GatewayError("Triton failed inference on 'm_explain'")
+        channel = np.where(inputs["channel"].reshape(n) == "web", 0.5, -0.5)
+        phi = np.stack([amount, channel, np.full(n, -0.25)], axis=1).reshape(n, 3, 1)
+        return {"contributions": phi, "base_value": np.ones((n, 1))}, "1"
+
+
+class SegmentFeatures:
+    """Every customer is in segment ``gold``; ``C-missing`` is unknown to the store."""
+
+    async def key_types(self, service: str) -> dict[str, str]:
+        return KEYS
+
+    async def fetch(self, service: str, entity_rows: list[dict[str, Any]]) -> FeatureRows:
+        missing = [["segment"] if r["customer_id"] == "C-missing" else [] for r in entity_rows]
+        segments = [None if m else "gold" for m in missing]
+        return FeatureRows({"segment": segments}, missing, [None] * len(entity_rows))
