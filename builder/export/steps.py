@@ -408,6 +408,16 @@ class Explain(Step):
 
         if not want_explainer(ctx):
             return "not asked (--explain)"
+        if (pre := _ensemble_pre_stage(ctx)) is not None:
+            # The gateway sends the explainer what it sends the served model: the ensemble's raw
+            # inputs, which this stage changes before the model sees them; the explainer's columns
+            # would then not be the model's. Refused rather than explained on the wrong values.
+            raise ConversionError(
+                f"{ctx.model.ref}: --explain with an ensemble whose {pre} changes the model's inputs: "
+                "the explainer would read the raw inputs as the model's",
+                hint="export the explainer without --ensemble, or move the preprocessing into the "
+                "logged Pipeline (its preprocessing is explained column by column)",
+            )
         from builder.explain.build import build_explainer
 
         ctx.explainer = found = build_explainer(ctx)
@@ -415,6 +425,18 @@ class Explain(Step):
             f"{found.method}, {found.units}, {len(found.columns)} columns x {len(found.outputs)} "
             f"output(s), max abs err vs shap {found.max_abs_err:.2g} on {found.rows} rows"
         )
+
+
+def _ensemble_pre_stage(ctx: ExportContext) -> str | None:
+    """What runs before the model in the planned ensemble, if anything: a generated preprocess
+    stage (the spec's impute/mean/scale) or one of the run's own ``pre`` serving steps."""
+    plan = ctx.ensemble
+    if plan is None:
+        return None
+    if plan.spec is not None and plan.spec.preprocess and not plan.typed:
+        return "generated preprocess stage"
+    pre = next((step for step in plan.serving_steps if step.position == "pre"), None)
+    return None if pre is None else str(pre)
 
 
 class Describe(Step):

@@ -145,3 +145,18 @@ def test_validate_catches_an_explainer_left_beside_a_newer_version(mlflow_regist
     ), problems
     export(first, repo, force=True)  # version 2 again, with its explainer: another config, so forced
     assert validate_repository(repo)[1] == []
+
+
+def test_an_ensemble_that_preprocesses_the_models_inputs_is_refused(mlflow_registry: str, tmp_path: Path):
+    """The gateway sends the explainer the ensemble's raw inputs; with a preprocess stage (the
+    run's impute/scale spec) those are not the model's, so --explain is refused, nothing written."""
+    from builder.export import ExportRequest, export_model
+    from support import models
+
+    models.sklearn_for_ensemble("xr_ens")
+    repo = tmp_path / "repo"
+    with pytest.raises(ConversionError) as caught:
+        export_model(ExportRequest("models:/xr_ens@champion", repo, ensemble=True, explain=True))
+    assert "generated preprocess stage changes the model's inputs" in caught.value.message
+    assert "\n" not in caught.value.message and caught.value.hint
+    assert not repo.exists() or not any(repo.iterdir())
