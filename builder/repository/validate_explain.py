@@ -17,13 +17,16 @@ from serving_contract import ContractError, ServingContract, keys
 if TYPE_CHECKING:
     from builder.repository.validate import ModelEntry
 
+# An ``--ensemble`` export serves the model as ``<model>_ensemble`` (builder/ensemble/), whose
+# contract names the model's explainer: the gateway reads the contract of what it calls.
+_ENSEMBLE_SUFFIX = "_ensemble"
 _HINT = "re-export the model with --explain (or without it, and remove the old explainer)"
 
 
 def check_explainers(entries: dict[str, ModelEntry], problems: list[str]) -> None:
     """Every explainer a contract names exists, and every explainer in the repository was
     built for the version its model serves now (and is the one that model's contract names)."""
-    named: dict[str, str] = {}  # explainer -> the model whose contract names it
+    named: dict[str, set[str]] = {}  # explainer -> the models whose contracts name it
     for entry in entries.values():
         params = {k: v.string_value for k, v in entry.config.parameters.items()}
         if keys.parameter(keys.EXPLAINER) not in params:
@@ -34,7 +37,7 @@ def check_explainers(entries: dict[str, ModelEntry], problems: list[str]) -> Non
             problems.append(f"{entry.name}: {exc}")
             continue
         assert explainer is not None  # the parameter is there
-        named[explainer.model] = entry.name
+        named.setdefault(explainer.model, set()).add(entry.name)
         if explainer.model not in entries:
             problems.append(
                 f"{entry.name}: its explainer {explainer.model!r} is not in the repository ({_HINT})"
@@ -47,7 +50,11 @@ def check_explainers(entries: dict[str, ModelEntry], problems: list[str]) -> Non
 
 
 def _check_explainer(
-    target: ModelEntry, raw: str, entries: dict[str, ModelEntry], named: dict[str, str], problems: list[str]
+    target: ModelEntry,
+    raw: str,
+    entries: dict[str, ModelEntry],
+    named: dict[str, set[str]],
+    problems: list[str],
 ) -> None:
     try:
         explains = json.loads(raw)
@@ -70,7 +77,7 @@ def _check_explainer(
             f"{target.name}: explains {model} version {version}, but {model} serves version "
             f"{now if now is not None else 'none'} ({_HINT})"
         )
-    elif named.get(target.name) != model:
+    elif not named.get(target.name, set()) & {model, f"{model}{_ENSEMBLE_SUFFIX}"}:
         problems.append(
             f"{target.name}: {model}'s serving contract does not name it as its explainer ({_HINT})"
         )

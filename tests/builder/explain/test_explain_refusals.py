@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from builder.errors import ConversionError, UsageError
-from tests.builder.explain.helpers import export, fit_and_register, refused_models
+from tests.builder.explain.helpers import export, fit_and_register, pipeline, refused_models
 
 pytestmark = pytest.mark.integration
 
@@ -160,3 +160,18 @@ def test_an_ensemble_that_preprocesses_the_models_inputs_is_refused(mlflow_regis
     assert "generated preprocess stage changes the model's inputs" in caught.value.message
     assert "\n" not in caught.value.message and caught.value.hint
     assert not repo.exists() or not any(repo.iterdir())
+
+
+def test_an_ensemble_of_a_typed_pipeline_is_explained_and_validates(mlflow_registry: str, tmp_path: Path):
+    """The demo's shape: a typed Pipeline served as ``<model>_ensemble`` (post-only stages),
+    whose contract names the bare model's explainer; `builder validate` accepts it."""
+    from sklearn.ensemble import GradientBoostingClassifier
+
+    from builder.repository.validate import validate_repository
+
+    model = pipeline(GradientBoostingClassifier(n_estimators=5))
+    case = fit_and_register("xr_typed_ens", model, "binary", strings=True)
+    repo = tmp_path / "repo"
+    written = export(case, repo, ensemble=True, ensemble_mode="fused").written
+    assert {w.name for w in written} >= {"xr_typed_ens", "xr_typed_ens_ensemble", "xr_typed_ens_explain"}
+    assert validate_repository(repo)[1] == []
