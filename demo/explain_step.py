@@ -52,12 +52,23 @@ def recent_rows(fs: Any, limit: int = CANDIDATES) -> list[dict[str, Any]]:
 
 
 def show_reasons(gateway_http: str, fs: Any, model: str) -> None:
-    """Score recent transactions with ``"explain": 3``; print one flagged and one not."""
-    rows = recent_rows(fs)
-    status, body = _post(f"http://{gateway_http}/v1/models/{model}/predict", {"rows": rows, "explain": 3})
-    if status != 200:
-        sys.exit(f"demo: gateway answered {status} to explain: {body}")
-    predictions = body["predictions"]
+    """Score recent transactions with ``"explain": 3``, one per request as live traffic comes,
+    until one is flagged and one is not; print both. A transaction whose user or merchant has
+    no fresh online features is answered 404 (the gateway's missing-entity policy) and skipped."""
+    rows, predictions = [], []
+    for row in recent_rows(fs):
+        status, body = _post(
+            f"http://{gateway_http}/v1/models/{model}/predict", {"rows": [row], "explain": 3}
+        )
+        if status == 404 and body.get("cause") == "unknown_entity":
+            continue
+        if status != 200:
+            sys.exit(f"demo: gateway answered {status} to explain: {body}")
+        rows.append(row)
+        predictions.append(body["predictions"][0])
+        labels = {p["label"] for p in predictions}
+        if {0, 1} <= labels:
+            break
     flagged = next((i for i, p in enumerate(predictions) if p["label"] == 1), None)
     passed = next((i for i, p in enumerate(predictions) if p["label"] == 0), None)
     for index, verdict in ((flagged, "flagged"), (passed, "not flagged")):

@@ -396,7 +396,8 @@ def collapse(url: str, rows: list[dict[str, Any]], labels: list[int], roles: dic
     if rc != 3:  # 3: the fallback serves (0: the champion)
         sys.exit(f"demo: `gateway fallback status` exited {rc}, where 3 (the fallback serves) was expected")
     few = rows[:6]
-    versions = s.answered_by(url, MODEL, few)
+    # the status is the shared store's; each process follows it within its poll (0.5 s)
+    versions, _ = s.wait_answered_by(url, MODEL, few, challenger)
     console.print(
         f"{len(few)} predictions for {MODEL}, each its own connection: answered by version(s) "
         f"{', '.join(versions)} ({SHADOW_MODEL} is v{challenger}, the champion v{champion})"
