@@ -25,7 +25,7 @@ PYTEST_ARGS ?=
 # --durations=15: the slowest steps, for docs/testing.md and for noticing a test that grew.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup setup-demo venv venv-core runtime redis wrk haproxy chromium prometheus perf-analyzer test demo bench gpu-check lint image image-check clean help
+.PHONY: setup setup-demo venv venv-core runtime redis java wrk haproxy chromium prometheus perf-analyzer test demo bench gpu-check lint image image-check clean help
 
 help:
 	@echo "make demo   - set up, then train -> register -> export -> serve -> predict -> gate -> drift"
@@ -94,6 +94,15 @@ redis:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; \
 	  else echo "redis-server is missing: sudo apt-get install redis-server (Debian/Ubuntu) or brew install redis" >&2; exit 1; fi; }
 
+# Spark (`builder score`, the label join's Spark engine: the spark extra's pyspark) runs on a JVM,
+# Java 17 or 21: Debian's openjdk-17-jre-headless. The man1 folder: the package's post-install
+# links a man page there and fails on slim images that leave it out.
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then mkdir -p /usr/share/man/man1 && apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless >/dev/null; \
+	  else echo "java is missing: sudo apt-get install openjdk-17-jre-headless (Debian/Ubuntu)" >&2; exit 1; fi; }
+
 # make bench's peer comparison (f) drives Triton and MLServer with wrk (Debian package wrk).
 wrk:
 	@command -v wrk >/dev/null 2>&1 || { \
@@ -131,13 +140,13 @@ perf-analyzer: runtime
 	  else echo "libb64-0d is missing: sudo apt-get install libb64-0d (Debian/Ubuntu)" >&2; exit 1; fi; }
 	@$(BIN)/python -m support.perf_analyzer >/dev/null
 
-test: setup chromium prometheus perf-analyzer haproxy lint
+test: setup java chromium prometheus perf-analyzer haproxy lint
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 demo: setup-demo
 	$(BIN)/python demo/run_demo.py
 
-bench: setup wrk haproxy
+bench: setup java wrk haproxy
 	$(BIN)/python benchmarks/run.py
 
 # On a machine with an NVIDIA GPU and a route to https://pypi.nvidia.com (TensorRT's libraries

@@ -47,7 +47,7 @@ def report_error(exc: BuilderError) -> None:
 def _register_commands() -> None:
     # Imported here, not at module top, so `builder --help` stays fast and each command
     # module only pulls its heavy dependencies (mlflow, onnx, torch) when it runs.
-    from builder.cli import export, release, serve, tune, validate  # noqa: F401
+    from builder.cli import export, release, score, serve, tune, validate  # noqa: F401
 
 
 def main() -> None:

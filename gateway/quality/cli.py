@@ -67,6 +67,13 @@ def report(
         Path | None, typer.Option(help="The HTML file [quality-report.html unless --json]")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout")] = False,
+    engine: Annotated[
+        str, typer.Option(help="pandas (one process) or spark (the label join on Spark: docs/batch.md)")
+    ] = "pandas",
+    spark_master: Annotated[
+        str | None,
+        typer.Option(help="With --engine spark: e.g. local[4] (default: spark-submit's, else local[*])"),
+    ] = None,
 ) -> None:
     """Join the payload log with labels and score each version (champion and challenger)."""
     from gateway.quality.offline import LabelSource, OfflineError, build, read_labels
@@ -79,6 +86,15 @@ def report(
         )
     if (labels is None) == (labels_feature_view is None):
         raise refuse("give exactly one of --labels FILE and --labels-feature-view VIEW", _HINT, 2)
+    if engine not in ("pandas", "spark"):
+        raise refuse(f"--engine {engine!r} is not pandas or spark", _HINT, 2)
+    if engine == "spark" and labels_feature_view is not None:
+        raise refuse(
+            "--engine spark joins labels from a file (--labels); labels from a Feast feature view are "
+            "joined by the pandas engine",
+            "drop --engine spark, or export the view's labels to a Parquet file",
+            2,
+        )
     try:
         source: LabelSource
         if labels is not None:
@@ -91,7 +107,12 @@ def report(
                     "--labels-feature-view needs --feature-repo, the Feast repo that defines it"
                 )
             source = FeatureViewLabels(feature_repo, str(labels_feature_view), label_field)
-        built = build(log, source, repo, model)
+        if engine == "spark":
+            from gateway.spark.quality import build_with_spark
+
+            built = build_with_spark(log, source, repo, model, spark_master)
+        else:
+            built = build(log, source, repo, model)
     except OfflineError as exc:
         raise refuse(str(exc), exc.hint or _HINT, 2) from None
     except OSError as exc:  # pyarrow's filesystem errors (a URL it cannot reach, no credentials)

@@ -34,7 +34,9 @@ PACKAGES = (
 # The serving contract (what builder writes and every client reads) is the one door builder and
 # the gateway share, and imports nothing of ours.
 MAY_IMPORT: dict[str, frozenset[str]] = {
-    "builder": frozenset({"serving_contract"}),
+    # builder score joins a model's feature service offline (builder/score/): the views it reads
+    # through feast_access.offline, never Feast itself
+    "builder": frozenset({"serving_contract", "feast_access"}),
     "gateway": frozenset({"serving_contract", "feast_access"}),
     "loadtests": frozenset({"serving_contract", "feast_access"}),
     "serving_contract": frozenset(),
@@ -49,7 +51,8 @@ MAX_PARAMETERS = 7
 # builder.cli.main imports the command modules once, so that each registers its commands on
 # the app it imports from main: the one circle Typer's layout asks for.
 REGISTRATION = {
-    ("builder.cli.main", f"builder.cli.{c}") for c in ("export", "release", "serve", "tune", "validate")
+    ("builder.cli.main", f"builder.cli.{c}")
+    for c in ("export", "release", "score", "serve", "tune", "validate")
 }
 
 

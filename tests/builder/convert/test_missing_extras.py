@@ -117,7 +117,7 @@ def test_the_core_lock_is_project_lock_s_subset_without_the_extras() -> None:
     full = _pins(ROOT / "requirements" / "project.lock") | _pins(ROOT / "requirements" / "torch-cpu.lock")
     assert {n: v for n, v in core.items() if full.get(n) != v} == {}
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    for extra in ("torch", "keras", "boosting", "catboost", "dev"):
+    for extra in ("torch", "keras", "boosting", "catboost", "spark", "dev"):
         for requirement in extras[extra]:
             name = _name(requirement)
             assert name in full, f"{name} ({extra}) is not pinned in project.lock"
