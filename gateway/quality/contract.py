@@ -34,6 +34,7 @@ import numpy as np
 from gateway.catalog import ClassLabel, Kind, ModelSpec
 from gateway.quality import metrics as m
 from gateway.responses import Prediction
+from serving_contract import keys
 
 Truth = int | float | bool | tuple[float, ...] | str  # see truth_of
 Compact = float | int | tuple[float, ...] | None  # see compact
@@ -60,14 +61,14 @@ class Contract:
     @classmethod
     def of_serving(cls, serving: Mapping[str, Any]) -> Contract:
         """``metadata.json``'s ``serving`` facts (serving_contract's ``ServingContract.facts``)."""
-        kind = serving.get("kind", "binary")
-        raw = serving.get("classes")
+        kind = serving.get(keys.KIND, "binary")
+        raw = serving.get(keys.CLASSES)
         classes = tuple(raw) if isinstance(raw, list) else ((0, 1) if kind == "binary" else None)
-        outputs = serving.get("outputs")
+        outputs = serving.get(keys.OUTPUTS)
         # metadata without outputs predates issue 19: a classifier then always had probabilities
         probabilities = not isinstance(outputs, dict) or "probabilities" in outputs
-        threshold = serving.get("decision_threshold")
-        targets = serving.get("targets", 1)
+        threshold = serving.get(keys.DECISION_THRESHOLD)
+        targets = serving.get(keys.TARGETS, 1)
         return cls(
             kind,
             classes,

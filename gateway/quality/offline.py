@@ -42,6 +42,7 @@ from gateway.payload_log.sink import PARTITION_KEY, open_filesystem
 from gateway.quality.contract import Compact, Contract, Truth, evaluate, label_index, reliability, truth_of
 from gateway.quality.feedback import OUTCOMES, Outcome
 from gateway.quality.report import QualityReport, Role, VersionQuality
+from serving_contract import keys
 
 PREDICTION_ID: Final = "__prediction_id"
 CHALLENGER: Final = "__challenger_"
@@ -180,10 +181,10 @@ def serving_of(repo: Path, model: str, version: str) -> dict[str, Any] | None:
     for folder in (model, f"{model}_ensemble"):
         path = repo / folder / version / "metadata.json"
         try:
-            serving = json.loads(path.read_text()).get("serving")
+            serving = json.loads(path.read_text()).get(keys.SERVING)
         except (OSError, ValueError, AttributeError):
             continue
-        if isinstance(serving, dict) and serving.get("kind"):
+        if isinstance(serving, dict) and serving.get(keys.KIND):
             return serving
     return None
 
