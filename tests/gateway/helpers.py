@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import time
@@ -37,15 +38,41 @@ def copy_feature_repo(dest: Path) -> Path:
     return dest
 
 
-def gateway_env(stack: Stack, **extra: str) -> dict[str, str]:
-    return {
+# What decides which feature specs a gateway needs: with any of these set, it compiles its own.
+_FEATURE_SETTINGS = (
+    "GATEWAY_FEATURE_REPO",
+    "GATEWAY_ONLINE_STORE",
+    "GATEWAY_FEATURE_SPECS",
+    "GATEWAY_FEATURE_READER",
+)
+
+
+def gateway_env(stack: Stack, *, compiled: bool = True, **extra: str) -> dict[str, str]:
+    """`gateway serve`'s environment on ``stack``. ``compiled``: with the stack's feature specs,
+    compiled once (as a deployment does with `gateway compile-features`), so that each gateway
+    a test starts does not compile them again in a child process at its start (seconds of CPU
+    each); tests of that start path pass ``compiled=False``."""
+    env = {
         "GATEWAY_TRITON_URL": f"http://{stack.triton.http_url}",
         "GATEWAY_FEATURE_REPO": str(stack.feature_repo),
         "GATEWAY_MODELS": f'["{MODEL}"]',
         "GATEWAY_MAX_BATCH_ROWS": "16",
         "GATEWAY_MAX_BODY_BYTES": "65536",
-        **extra,
     }
+    if compiled and not set(_FEATURE_SETTINGS) & set(extra):
+        env["GATEWAY_FEATURE_SPECS"] = str(compiled_specs(stack.feature_repo))
+    return {**env, **extra}
+
+
+@functools.cache
+def compiled_specs(feature_repo: Path) -> Path:
+    """``feature_repo``'s services compiled once for the direct reader, beside the repository."""
+    from gateway.feature_specs import compile_into
+    from gateway.settings import FeatureSettings
+
+    folder = feature_repo.parent / f"{feature_repo.name}-specs"
+    compile_into(FeatureSettings(feature_repo=feature_repo), folder)
+    return folder
 
 
 def flood_labels(job: tuple[str, str, list[dict[str, Any]], int, float, float]) -> list[int]:

@@ -38,7 +38,7 @@ def _gateway(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_direct_reader_answers_as_the_sdk_without_pandas_or_pyarrow(stack: Stack, tmp_path: Path) -> None:
-    with servers.gateway_process(tmp_path, gateway_env(stack)) as direct:
+    with servers.gateway_process(tmp_path, gateway_env(stack, compiled=False)) as direct:
         direct_scores = _scores(direct)
         maps = _mapped(direct.proc.pid)
     with servers.gateway_process(tmp_path, gateway_env(stack, GATEWAY_FEATURE_READER="sdk")) as sdk:
