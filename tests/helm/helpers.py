@@ -350,7 +350,7 @@ def unknown_metrics(names: set[str]) -> set[str]:
 
 def gateway_error_causes() -> set[str]:
     """Every `cause` the gateway's code can put on gateway_errors_total."""
-    source = "\n".join(p.read_text() for p in (REPO_ROOT / "gateway").glob("*.py"))
+    source = "\n".join(p.read_text() for p in sorted((REPO_ROOT / "gateway").rglob("*.py")))
     return set(re.findall(r"""\bcause\s*=\s*"(\w+)\"""", source))
 
 
