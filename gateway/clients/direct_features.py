@@ -27,7 +27,7 @@ from typing import Any
 from feast_access.online.errors import OnlineReadError
 from feast_access.online.reader import Reader, open_reader
 from feast_access.online.spec import REFUSED_FILE, ServiceSpec
-from gateway.clients.features import FeatureRows, OnlineFeatures, guarded, key_type, rows_of
+from gateway.clients.features import FeatureRows, OnlineFeatures, guarded, key_type, redis_answers, rows_of
 from gateway.errors import SpecError
 from gateway.request import EntityRow
 from gateway.settings import FeatureSettings
@@ -117,25 +117,9 @@ class DirectFeatures:
         return columns
 
     async def _reachable(self) -> bool:
-        """Redis answers a PING within 0.25 s (the SDK client's probe); SQLite is a local file."""
+        """Redis answers a PING (the SDK client's probe); SQLite is a local file."""
         address = self.redis_connection()
-        if address is None:
-            return True
-        host, _, port = address.split(",")[0].rpartition(":")
-
-        async def ping() -> None:
-            reader, writer = await asyncio.open_connection(host or "localhost", int(port))
-            try:
-                writer.write(b"PING\r\n")
-                await reader.read(64)
-            finally:
-                writer.close()
-
-        try:
-            await asyncio.wait_for(ping(), 0.25)
-        except (OSError, TimeoutError, ValueError):
-            return False
-        return True
+        return True if address is None else await redis_answers(address)
 
     def redis_connection(self) -> str | None:
         """The Redis store's connection string (Feast's form), as the evidence store's default."""

@@ -261,28 +261,10 @@ class OnlineFeatures:
         return str(self._store.config.online_store.connection_string)
 
     async def _reachable(self) -> bool:
-        """Redis answers a PING within 0.25 s. Any answer counts (a PONG, a NOAUTH error, a TLS
-        port closing on plain text): a connect alone does not, as the kernel accepts it for a
-        Redis that is stopped (SIGSTOP) or hung, which then never answers."""
         if self.profile != "redis":
             return True
         # the address the store itself was opened with (GATEWAY_REDIS_URL, else the environment's)
-        address = str(self.redis_connection()).split(",")[0]
-        host, _, port = address.rpartition(":")
-
-        async def ping() -> None:
-            reader, writer = await asyncio.open_connection(host or "localhost", int(port))
-            try:
-                writer.write(b"PING\r\n")
-                await reader.read(64)
-            finally:
-                writer.close()
-
-        try:
-            await asyncio.wait_for(ping(), 0.25)
-        except (OSError, TimeoutError, ValueError):
-            return False
-        return True
+        return await redis_answers(str(self.redis_connection()))
 
     async def ping(self, service_name: str, entity_row: EntityRow) -> bool:
         """The online store answers a read of ``service_name`` for ``entity_row`` (for /readyz)."""
@@ -291,6 +273,28 @@ class OnlineFeatures:
             return True
         except Exception:
             return False
+
+
+async def redis_answers(connection: str) -> bool:
+    """Redis at ``connection`` (Feast's form, ``host:port[,...]``) answers a PING within 0.25 s.
+    Any answer counts (a PONG, a NOAUTH error, a TLS port closing on plain text): a connect alone
+    does not, as the kernel accepts it for a Redis that is stopped (SIGSTOP) or hung, which then
+    never answers."""
+    host, _, port = connection.split(",")[0].rpartition(":")
+
+    async def ping() -> None:
+        reader, writer = await asyncio.open_connection(host or "localhost", int(port))
+        try:
+            writer.write(b"PING\r\n")
+            await reader.read(64)
+        finally:
+            writer.close()
+
+    try:
+        await asyncio.wait_for(ping(), 0.25)
+    except (OSError, TimeoutError, ValueError):
+        return False
+    return True
 
 
 async def guarded(read: Awaitable[T], reachable: Callable[[], Awaitable[bool]]) -> T:
