@@ -10,7 +10,6 @@ import json
 import signal
 import sys
 from pathlib import Path
-from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -19,6 +18,7 @@ from rich.table import Table
 
 from builder.cli.main import app, runtime_app
 from builder.errors import RepositoryError, RuntimeSetupError, UsageError
+from builder.runtime.foreground import raise_interrupt, wait_for_stop
 from builder.runtime.install import install_runtime
 from builder.runtime.paths import default_runtime_dir, locate_runtime, read_stamp
 from builder.runtime.server import CONTROL_MODES, ServerOptions, TritonServer
@@ -52,23 +52,21 @@ def _models_table(models: list[dict[str, Any]]) -> Table:
     return table
 
 
-def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
-    # SIGTERM takes Ctrl-C's path, so a stop during start or while serving is equally clean.
-    raise KeyboardInterrupt
-
-
-def _run_until_stopped(server: TritonServer, show_log: bool) -> None:
+def _serve_until_stopped(server: TritonServer, show_log: bool) -> None:
     """Block until Ctrl-C or SIGTERM; a server that dies on its own is an error."""
     offset = server.log_path.stat().st_size if show_log else 0
-    while True:
-        code = server.wait(timeout=0.5)
+
+    def copy_log() -> None:
+        nonlocal offset
         if show_log:
             offset = _copy_log(server.log_path, offset)
-        if code is not None:
-            raise RuntimeSetupError(
-                f"tritonserver exited unexpectedly (exit code {code})\n{server.log_tail()}",
-                hint="read the log lines above",
-            )
+
+    code = wait_for_stop(server, copy_log)
+    if code is not None:
+        raise RuntimeSetupError(
+            f"tritonserver exited unexpectedly (exit code {code})\n{server.log_tail()}",
+            hint="read the log lines above",
+        )
 
 
 def _copy_log(path: Path, offset: int) -> int:
@@ -135,7 +133,7 @@ def serve(
     )
     server = TritonServer(repo, options, runtime=locate_runtime(runtime_dir), log_path=log_file)
     console.print(f"starting Triton on {repo} (mode {model_control_mode}) ...")
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         server.start(timeout=start_timeout)
         console.print(f"[bold green]ready[/]  HTTP  {server.http_url}")
@@ -144,8 +142,9 @@ def serve(
         console.print(f"       log  {server.log_path}")
         console.print(_models_table(server.models()))
         console.print("[dim]Ctrl-C to stop[/]")
-        _run_until_stopped(server, show_log)
-    except KeyboardInterrupt:
+        _serve_until_stopped(server, show_log)
+        console.print("stopping ...")
+    except KeyboardInterrupt:  # during the start
         console.print("stopping ...")
     except RuntimeSetupError as exc:  # Triton failed: its log stays, named in the hint
         exc.hint = f"{exc.hint}; the full log is {server.log_path}" if exc.hint else f"see {server.log_path}"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -20,6 +19,7 @@ from builder.export.run import export_model
 from builder.mlflow_deploy.errors import to_mlflow
 from builder.mlflow_deploy.target import check_flavor, check_keys, export_request, number
 from builder.repository.names import validate_model_name
+from builder.runtime.foreground import wait_for_stop
 from builder.runtime.server import ServerOptions, TritonServer
 
 PORT_KEYS = ("http_port", "grpc_port", "metrics_port")
@@ -68,21 +68,13 @@ def serve_locally(
 
 
 def _run_until_stopped(server: TritonServer) -> None:
-    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
-        while True:
-            code = server.wait(timeout=0.5)
-            if code is not None:
-                raise RuntimeSetupError(
-                    f"tritonserver exited unexpectedly (exit code {code})", hint=f"read {server.log_path}"
-                )
-    except KeyboardInterrupt:
+        code = wait_for_stop(server)
+        if code is not None:
+            raise RuntimeSetupError(
+                f"tritonserver exited unexpectedly (exit code {code})", hint=f"read {server.log_path}"
+            )
         print("stopping", file=sys.stderr)
     finally:
         with contextlib.suppress(Exception):
             server.stop()
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt

@@ -407,7 +407,10 @@ class TritonServer:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout)
             _kill_group(proc.pid)
-            proc.wait()
+            # Bounded: a KeyboardInterrupt that landed inside Popen.poll() (Ctrl-C during start)
+            # can leave its wait lock held, and an unbounded wait() would then hang for good.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(5)
         if self._finalizer is not None:
             self._finalizer.detach()
             self._finalizer = None

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import urllib.request
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +26,7 @@ from mlflow.deployments import BaseDeploymentClient, PredictionsResponse, get_de
 from mlflow.exceptions import MlflowException
 
 from builder.runtime.paths import RuntimePaths
+from builder.runtime.ports import free_ports
 from builder.runtime.server import ServerOptions, TritonServer
 from support import models, servers
 
@@ -214,3 +217,38 @@ def test_the_mlflow_deployments_cli_creates_and_predicts(
     # (delete through the CLI is the client's delete_deployment, tested above: one mlflow start
     # is ~8 s of imports here)
     get_deploy_client(target).delete_deployment(name)
+
+
+def test_run_local_serves_until_sigterm_and_removes_its_repository(
+    fitted: dict[int, Any], triton_runtime: RuntimePaths, tmp_path: Path
+) -> None:
+    """``mlflow deployments run-local``: exported into a temp repository, served in the
+    foreground, stopped by SIGTERM (what Kubernetes and `kill` send) with exit 0, nothing left."""
+    http, grpc, metrics = free_ports(3)
+    command = [
+        str(Path(sys.executable).with_name("mlflow")), "deployments", "run-local", "-t", "triton-stack",
+        "-m", f"models:/{NAME}/{min(fitted)}", "--name", "mlfd-local",
+        "-C", f"http_port={http}", "-C", f"grpc_port={grpc}", "-C", f"metrics_port={metrics}",
+    ]  # fmt: skip
+    env = dict(os.environ, BUILDER_RUNTIME_DIR=str(triton_runtime.root), TMPDIR=str(tmp_path))
+    output = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    with subprocess.Popen(command, env=env, **output) as proc:  # type: ignore[call-overload]
+        try:
+            assert proc.stdout is not None
+            lines = []
+            for line in proc.stdout:
+                lines.append(line)
+                if line.startswith("serving "):
+                    break
+            assert f"http://127.0.0.1:{http}" in "".join(lines), "".join(lines)
+            ready = f"http://127.0.0.1:{http}/v2/models/mlfd-local/ready"
+            with urllib.request.urlopen(ready, timeout=5) as response:
+                assert response.status == 200
+            proc.send_signal(signal.SIGTERM)
+            rest, _ = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 0, "".join(lines) + rest
+    assert "stopping" in rest and "Traceback" not in rest
+    assert not list(tmp_path.glob("triton-stack-*")), "the temp repository was left behind"
