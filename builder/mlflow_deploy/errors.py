@@ -56,8 +56,7 @@ _OWN_CODES: dict[type[BuilderError], int] = {
 }
 
 
-# both bases declare .message (the same text here); mypy sees a conflict of declarations only
-class DeploymentRefused(MlflowException, click.ClickException):  # type: ignore[misc]
+class DeploymentRefused(MlflowException, click.ClickException):
     """An ``MlflowException`` that the ``mlflow`` CLI (click) shows as one ``Error:`` line."""
 
     exit_code = 1
