@@ -21,6 +21,7 @@ from builder.convert.base import native_frame, rename_outputs
 from builder.errors import BuilderError, ConversionError, ParityError, first_line
 from builder.explain import kernel
 from builder.explain.columns import column_groups, split_pipeline
+from builder.explain.oblivious import is_catboost
 from builder.explain.reference import background_mean, shap_reference
 from builder.explain.trees import tree_arrays
 
@@ -31,7 +32,7 @@ TREE_METHOD, LINEAR_METHOD = "tree_path_dependent", "linear_interventional"
 # Within this of shap's own values (in the model's raw units, relative above 1): the 1e-5.
 TOLERANCE = 1e-5
 FEATURES = "features"  # the preprocessing graph's one output
-_TREE_MODULES = ("sklearn.tree", "sklearn.ensemble", "xgboost", "lightgbm")
+_TREE_MODULES = ("sklearn.tree", "sklearn.ensemble", "xgboost", "lightgbm", "catboost")
 _TREE_CLASSES = (
     "DecisionTree",
     "ExtraTree",
@@ -42,10 +43,11 @@ _TREE_CLASSES = (
     "XGB",
     "Booster",
     "LGBM",
+    "CatBoost",
 )
 _NO_EXPLAINER_HINT = (
     "--explain covers tree models (scikit-learn trees and forests, GradientBoosting, "
-    "HistGradientBoosting, XGBoost, LightGBM) and linear models, whose SHAP values are exact; "
+    "HistGradientBoosting, XGBoost, LightGBM, CatBoost) and linear models, whose SHAP values are exact; "
     "export this one without --explain (docs/explain.md)"
 )
 
@@ -80,13 +82,7 @@ def build_explainer(ctx: ExportContext) -> Explainer:
             "it without --explain",
         )
     flavor = ctx.model.flavor
-    if flavor == "catboost":  # exact TreeSHAP exists (CatBoost's own ShapValues); not served yet
-        raise ConversionError(
-            f"{ref}: --explain does not cover CatBoost models yet",
-            hint="export it without --explain; CatBoost's own get_feature_importance(type='ShapValues') "
-            "gives its exact values offline (docs/explain.md)",
-        )
-    if flavor not in ("sklearn", "xgboost", "lightgbm"):
+    if flavor not in ("sklearn", "xgboost", "lightgbm", "catboost"):
         raise ConversionError(f"{ref}: a {flavor} model has no exact explainer", hint=_NO_EXPLAINER_HINT)
     pre, final = split_pipeline(ctx.native) if flavor == "sklearn" else (None, ctx.native)
     family = _family(final)
@@ -153,6 +149,8 @@ def _family(final: Any) -> str | None:
 
 
 def _width(final: Any) -> int:
+    if is_catboost(final):  # a CatBoost model loaded from its file says n_features_in_ == 0
+        return len(final.feature_names_ or ())
     for attr in ("n_features_in_",):
         if hasattr(final, attr):
             return int(getattr(final, attr))

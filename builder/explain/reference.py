@@ -2,9 +2,11 @@
 
 ``shap_reference``: shap's own answer on the native model (TreeExplainer, path-dependent; or
 LinearExplainer, interventional, over the training mean), its outputs kept and its features
-summed into columns as the explainer does. ``background_mean``: the training rows' mean after
-the preprocessing, from the run's ``serving/reference.parquet`` (or ``--reference``), which a
-linear model's SHAP values are measured from.
+summed into columns as the explainer does. For a CatBoost model shap answers with CatBoost's own
+``get_feature_importance(type="ShapValues")``, which refuses a model whose ``scale_and_bias``
+scale is not 1: there it is the unscaled copy's values times the scale. ``background_mean``:
+the training rows' mean after the preprocessing, from the run's ``serving/reference.parquet``
+(or ``--reference``), which a linear model's SHAP values are measured from.
 """
 
 from __future__ import annotations
@@ -66,13 +68,17 @@ def shap_reference(
 ) -> tuple[np.ndarray, np.ndarray]:
     """shap's SHAP values per column ``(rows, columns, outputs)`` and base values
     ``(rows, outputs)`` of ``final`` on its features ``x``."""
+    from builder.explain.oblivious import catboost_unscaled
     from builder.explain.trees import import_shap
 
     shap = import_shap()
+    scale, bias = 1.0, np.zeros(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if family == "tree":
-            explainer = shap.TreeExplainer(final, feature_perturbation="tree_path_dependent")
+            # A CatBoost model's ShapValues refuse a scale other than 1: its unscaled copy's, scaled.
+            model, scale, bias = catboost_unscaled(final)
+            explainer = shap.TreeExplainer(model, feature_perturbation="tree_path_dependent")
             values = explainer.shap_values(x, check_additivity=False)
         else:
             assert mean is not None
@@ -84,6 +90,8 @@ def shap_reference(
     if phi.ndim == 2:
         phi = phi[:, :, None]
     base = np.atleast_1d(np.asarray(explainer.expected_value, dtype=np.float64)).reshape(-1)
+    if scale != 1.0:
+        phi, base = phi * scale, scale * (base - bias) + bias
     if phi.shape[2] > max(keep):  # a forest's both classes, of which the explainer keeps one
         phi, base = phi[:, :, keep], base[keep]
     out = np.zeros((x.shape[0], columns, phi.shape[2]))

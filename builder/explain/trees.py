@@ -4,7 +4,9 @@ its splits grouped by feature into an interval, a missing-value rule and a cover
 The trees are read through ``shap``'s own ``TreeEnsemble`` (the parser its ``TreeExplainer``
 uses for scikit-learn, XGBoost and LightGBM models), so the thresholds, default directions,
 covers, leaf values and base offset are the ones shap explains with; LightGBM's per-feature
-missing rules, which shap's parser leaves out, are read from the booster's own dump.
+missing rules, which shap's parser leaves out, are read from the booster's own dump. CatBoost's
+oblivious trees are read from its own JSON and expanded to full binary trees (oblivious.py),
+walked by the same ``leaf_paths``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ def _ensemble(model: Any) -> Any:
 def tree_arrays(model: Any, what: str, features: int) -> TreeArrays:
     """The kernel's arrays for ``model`` (the final estimator, reading ``features`` columns);
     ``what`` names it in refusals."""
+    from builder.explain.oblivious import catboost_arrays, is_catboost
+
+    if is_catboost(model):  # oblivious trees, read from CatBoost's own JSON
+        return catboost_arrays(model, what, features)
     try:
         ens = _ensemble(model)
     except Exception as exc:  # shap's parser refusing a model it has no TreeExplainer for
@@ -68,8 +74,8 @@ def tree_arrays(model: Any, what: str, features: int) -> TreeArrays:
     limit = ens.tree_limit if ens.tree_limit is not None else ens.values.shape[0]
     paths = []
     for t in range(int(limit)):
-        paths += _leaf_paths(ens, t)
-    arrays = _pack(paths, ens.values.shape[2], features)
+        paths += leaf_paths(ens, t)
+    arrays = pack_paths(paths, ens.values.shape[2], features)
     offset = _xgboost_intercepts(model, ens.values.shape[2])
     if offset is None:
         offset = np.asarray(ens.base_offset, dtype=np.float64).reshape(-1)
@@ -80,8 +86,10 @@ def tree_arrays(model: Any, what: str, features: int) -> TreeArrays:
     return TreeArrays(arrays, UNITS.get(str(ens.tree_output), "raw"), int(ens.values.shape[2]))
 
 
-def _leaf_paths(ens: Any, t: int) -> list[tuple[np.ndarray, dict[int, list[float]]]]:
-    """Each leaf of tree ``t``: its values and, per feature on its path, ``[lo, hi, nan_ok, r]``."""
+def leaf_paths(ens: Any, t: int) -> list[tuple[np.ndarray, dict[int, list[float]]]]:
+    """Each leaf of tree ``t``: its values and, per feature on its path, ``[lo, hi, nan_ok, r]``.
+    ``ens``: shap's ``TreeEnsemble``, or anything with its per-tree node arrays (a node goes left
+    when ``value <= threshold``; a leaf has ``children_left < 0``)."""
     left, right, default = ens.children_left[t], ens.children_right[t], ens.children_default[t]
     feature, threshold, cover = ens.features[t], ens.thresholds[t], ens.node_sample_weight[t]
     values = ens.values[t]
@@ -106,7 +114,7 @@ def _leaf_paths(ens: Any, t: int) -> list[tuple[np.ndarray, dict[int, list[float
     return out
 
 
-def _pack(
+def pack_paths(
     paths: list[tuple[np.ndarray, dict[int, list[float]]]], outputs: int, features: int
 ) -> dict[str, np.ndarray]:
     depth = max((len(p) for _, p in paths), default=0)

@@ -1,7 +1,8 @@
-"""XGBoost, LightGBM and linear models exported with ``--explain`` and served by one real
-Triton: trees equal shap's TreeExplainer (the boosters' own path-dependent TreeSHAP) within 1e-5,
-NaN inputs included; linear models equal shap's LinearExplainer over the training rows' mean
-(interventional); contributions plus base value give back the served score."""
+"""XGBoost, LightGBM, CatBoost and linear models exported with ``--explain`` and served by one
+real Triton: trees equal shap's TreeExplainer (the boosters' own path-dependent TreeSHAP: CatBoost's
+``ShapValues`` for its oblivious trees) within 1e-5, NaN inputs included; linear models equal
+shap's LinearExplainer over the training rows' mean (interventional); contributions plus base
+value give back the served score."""
 
 from __future__ import annotations
 
@@ -33,10 +34,13 @@ class Served:
 
 
 def _cases() -> list[tuple[str, Any, str, dict[str, Any]]]:
+    import catboost as cb
     import lightgbm as lgb
     import xgboost as xgb
     from sklearn.linear_model import LogisticRegression, Ridge
 
+    # few trees, depth 4 (16 leaves each); nan_mode Min (the default: NaN goes left) and Max
+    small = {"iterations": 8, "depth": 4, "verbose": 0, "allow_writing_files": False, "thread_count": 1}
     return [
         (
             "xb_xgb_nan",
@@ -71,6 +75,14 @@ def _cases() -> list[tuple[str, Any, str, dict[str, Any]]]:
             {},
         ),
         ("xb_ridge", Ridge(alpha=1.0), "regression", {}),
+        ("xb_cb_nan", cb.CatBoostClassifier(**small), "binary", {"flavor": "catboost", "nan": 0.2}),
+        (
+            "xb_cb3_nan",
+            cb.CatBoostClassifier(loss_function="MultiClass", nan_mode="Max", **small),
+            "multiclass",
+            {"flavor": "catboost", "nan": 0.2},
+        ),
+        ("xb_cbr_nan", cb.CatBoostRegressor(**small), "regression", {"flavor": "catboost", "nan": 0.2}),
     ]
 
 
@@ -125,13 +137,33 @@ def test_contributions_plus_base_give_the_served_score(stack: Served, name: str)
 
 
 def test_nan_inputs_follow_the_boosters_missing_value_branches(stack: Served):
-    for name in ("xb_xgb_nan", "xb_lgb_nan"):
+    for name in ("xb_xgb_nan", "xb_lgb_nan", "xb_cb_nan", "xb_cb3_nan", "xb_cbr_nan"):
         case = stack.cases[name]
         rows = case.held_out.copy()
         rows["amount"] = np.nan  # every row missing its amount
         got = served(stack.client, f"{name}_explain", rows)["contributions"]
         expected, _ = shap_per_column(case.native, rows)
         np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize(
+    ("name", "units", "outputs"),
+    [
+        ("xb_cb_nan", "log_odds", (1,)),
+        ("xb_cb3_nan", "raw", (0, 1, 2)),
+        ("xb_cbr_nan", "raw", ("prediction",)),
+    ],
+)
+def test_catboost_contract_says_path_dependent_raw_output(
+    stack: Served, name: str, units: str, outputs: tuple[Any, ...]
+):
+    from serving_contract import ServingContract
+
+    config = stack.client.get_model_config(name)
+    params = {k: v["string_value"] for k, v in config["parameters"].items()}
+    explainer = ServingContract.from_parameters(params).explainer
+    assert explainer is not None
+    assert (explainer.method, explainer.units, explainer.outputs) == ("tree_path_dependent", units, outputs)
 
 
 def test_linear_contract_says_interventional_log_odds_per_class(stack: Served):
