@@ -21,7 +21,7 @@ from builder.convert.base import native_frame, rename_outputs
 from builder.errors import BuilderError, ConversionError, ParityError, first_line
 from builder.explain import kernel
 from builder.explain.columns import column_groups, split_pipeline
-from builder.explain.oblivious import is_catboost
+from builder.explain.oblivious import catboost_arrays, is_catboost
 from builder.explain.reference import background_mean, shap_reference
 from builder.explain.trees import tree_arrays
 
@@ -99,7 +99,9 @@ def build_explainer(ctx: ExportContext) -> Explainer:
     native_x = _dense(pre.transform(frame) if pre is not None else frame)
     graph = _preprocess_graph(ctx, pre, native_x) if pre is not None else None
     if family == "tree":
-        found = tree_arrays(final, f"{ref}: {name}", width)
+        # CatBoost's oblivious trees are read from its own JSON, the others through shap's parser
+        arrays_of = catboost_arrays if is_catboost(final) else tree_arrays
+        found = arrays_of(final, f"{ref}: {name}", width)
         arrays, units = found.arrays, found.units
         method = TREE_METHOD
     else:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -72,8 +73,9 @@ def catboost_arrays(model: Any, what: str, features: int) -> TreeArrays:
         node_sample_weight=[],
         values=[],
     )
+    layout = _Layout(floats, outputs, float(scale), features, what)
     for index, tree in enumerate(trees):
-        _expand(tree, index, floats, outputs, float(scale), features, expanded, what)
+        _expand(tree, index, layout, expanded)
     paths = []
     for t in range(len(trees)):
         paths += leaf_paths(expanded, t)
@@ -138,18 +140,21 @@ def _outputs(trees: list[dict[str, Any]], bias: np.ndarray) -> int:
     return int(bias.size)
 
 
-def _expand(
-    tree: dict[str, Any],
-    index: int,
-    floats: dict[int, dict[str, Any]],
-    outputs: int,
-    scale: float,
-    features: int,
-    into: SimpleNamespace,
-    what: str,
-) -> None:
+@dataclass(frozen=True)
+class _Layout:
+    """What every tree of one model is read with."""
+
+    floats: dict[int, dict[str, Any]]  # float_feature_index -> CatBoost's features_info entry
+    outputs: int
+    scale: float
+    features: int
+    what: str
+
+
+def _expand(tree: dict[str, Any], index: int, layout: _Layout, into: SimpleNamespace) -> None:
     """Tree ``index`` as a full binary tree in heap order (node ``n``'s children ``2n+1``,
     ``2n+2``), split ``depth - 1 - level`` at each level, covers from the leaf weights."""
+    floats, outputs, features, what = layout.floats, layout.outputs, layout.features, layout.what
     splits = tree["splits"]
     depth = len(splits)
     leaves = 2**depth
@@ -173,7 +178,7 @@ def _expand(
     cover = np.zeros(nodes, dtype=np.float64)
     node_values = np.zeros((nodes, outputs), dtype=np.float64)
     cover[first_leaf:] = np.asarray(tree["leaf_weights"], dtype=np.float64)
-    node_values[first_leaf:] = values.reshape(leaves, outputs) * scale
+    node_values[first_leaf:] = values.reshape(leaves, outputs) * layout.scale
     for node in range(first_leaf - 1, -1, -1):
         level = (node + 1).bit_length() - 1
         split = splits[depth - 1 - level]

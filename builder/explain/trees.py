@@ -5,8 +5,8 @@ The trees are read through ``shap``'s own ``TreeEnsemble`` (the parser its ``Tre
 uses for scikit-learn, XGBoost and LightGBM models), so the thresholds, default directions,
 covers, leaf values and base offset are the ones shap explains with; LightGBM's per-feature
 missing rules, which shap's parser leaves out, are read from the booster's own dump. CatBoost's
-oblivious trees are read from its own JSON and expanded to full binary trees (oblivious.py),
-walked by the same ``leaf_paths``.
+oblivious trees are read from its own JSON and expanded to full binary trees by oblivious.py,
+which walks them with the same ``leaf_paths``.
 """
 
 from __future__ import annotations
@@ -55,10 +55,6 @@ def _ensemble(model: Any) -> Any:
 def tree_arrays(model: Any, what: str, features: int) -> TreeArrays:
     """The kernel's arrays for ``model`` (the final estimator, reading ``features`` columns);
     ``what`` names it in refusals."""
-    from builder.explain.oblivious import catboost_arrays, is_catboost
-
-    if is_catboost(model):  # oblivious trees, read from CatBoost's own JSON
-        return catboost_arrays(model, what, features)
     try:
         ens = _ensemble(model)
     except Exception as exc:  # shap's parser refusing a model it has no TreeExplainer for

@@ -30,9 +30,9 @@ def _fit(model: Any, kind: str, x: pd.DataFrame) -> Any:
 
 def _explain(model: Any, x: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     from builder.explain import kernel
-    from builder.explain.trees import tree_arrays
+    from builder.explain.oblivious import catboost_arrays
 
-    arrays = dict(tree_arrays(model, "model", x.shape[1]).arrays)
+    arrays = dict(catboost_arrays(model, "model", x.shape[1]).arrays)
     arrays["groups"], arrays["columns"] = np.arange(x.shape[1]), np.array(x.shape[1])
     return kernel.explain(kernel.prepare(arrays), x.to_numpy(dtype=np.float64))
 
@@ -115,17 +115,17 @@ def test_a_scaled_model_is_explained_as_it_predicts():
 def test_categorical_features_and_non_symmetric_trees_are_refused_in_one_line():
     import catboost as cb
 
-    from builder.explain.trees import tree_arrays
+    from builder.explain.oblivious import catboost_arrays
 
     x = frame(200, 0, strings=True)
     with_categories = _fit(cb.CatBoostClassifier(cat_features=["country"], **SMALL), "binary", x)
     with pytest.raises(ConversionError, match=r"has categorical features \('country'\)") as caught:
-        tree_arrays(with_categories, "model", x.shape[1])
+        catboost_arrays(with_categories, "model", x.shape[1])
     assert "\n" not in caught.value.message and "cat_features" in (caught.value.hint or "")
     numeric = x.drop(columns="country")
     depthwise = _fit(cb.CatBoostClassifier(grow_policy="Depthwise", **SMALL), "binary", numeric)
     with pytest.raises(ConversionError, match="non-symmetric trees") as caught:
-        tree_arrays(depthwise, "model", numeric.shape[1])
+        catboost_arrays(depthwise, "model", numeric.shape[1])
     assert "\n" not in caught.value.message and caught.value.hint
 
 
