@@ -162,7 +162,9 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# The gateway image; its tag is the chart's appVersion, which is what the chart pulls by default.
+# The gateway images; their tag is the chart's appVersion, which is what the chart pulls by default:
+# triton-stack/gateway (serving: no Feast) and triton-stack/gateway-full (`--target full`: Feast,
+# for the chart's compile-features init container and the payload log; docs/release.md).
 # With no Docker engine answering (and DOCKER not set on the command line), buildah builds it:
 # tools/image_check.py picks the base (the registry's, else a Debian one made with mmdebstrap).
 DOCKER ?= docker
@@ -175,13 +177,15 @@ image: venv
 	  $(BIN)/python -m tools.image_check build --tag triton-stack/gateway:$(VERSION); \
 	else \
 	  command -v $(DOCKER) >/dev/null 2>&1 || { echo "make image: $(DOCKER) not found on PATH: install Docker (or set DOCKER=podman), or buildah" >&2; exit 1; }; \
+	  $(DOCKER) build --target full -t triton-stack/gateway-full:$(VERSION) . && \
 	  $(DOCKER) build -t triton-stack/gateway:$(VERSION) . && \
+	  $(BIN)/python -m tools.sbom --engine docker --tag triton-stack/gateway-full:$(VERSION) && \
 	  $(BIN)/python -m tools.sbom --engine docker --tag triton-stack/gateway:$(VERSION); \
 	fi
 
 # Build the image with buildah (no daemon) and run its own entrypoint against a real Triton and
 # Feast store started here: /readyz, the same prediction as the source tree's gateway, uid 10001,
-# the HEALTHCHECK, no compiler or pip cache, size under 1.5 GB. Installs buildah and mmdebstrap
+# the HEALTHCHECK, no compiler or pip cache, the serving image under 300 MB. Installs buildah and mmdebstrap
 # (Debian packages) when root. docs/release.md, "The gateway image", has the timings.
 image-check: setup
 	$(BIN)/python -m tools.image_check check --tag triton-stack/gateway:$(VERSION)

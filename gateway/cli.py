@@ -66,6 +66,9 @@ def _settings(**overrides: Any) -> Any:
             "write one with `gateway compile-features --out DIR`, or unset GATEWAY_FEATURE_SPECS",
             2,
         )
+    from gateway.feature_specs import refuse_what_needs_feast
+
+    refuse_what_needs_feast(settings)  # the serving image: no Feast, no pyarrow
     if specs is None and not (settings.features.repo / "feature_store.yaml").is_file():
         raise refuse(
             f"{settings.features.repo} is not a Feast feature repository (it has no feature_store.yaml)",

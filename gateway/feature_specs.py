@@ -6,10 +6,16 @@ must not pay it. So ``gateway serve`` without ``--feature-specs`` runs ``gateway
 compile-features`` as a child process into a temporary folder, started first so that it runs
 while the serving process imports its own modules, and serves from that folder; a deployment
 can compile once instead (an init container, the release pipeline) and pass the folder.
+
+The serving image (the Dockerfile's default target) has neither Feast nor pyarrow: there the
+gateway serves from a folder compiled by the full image (``--target full``; the chart's init
+container), and ``refuse_what_needs_feast`` stops at start, in one line, what it cannot serve.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +29,55 @@ from gateway.refusal import refuse
 from gateway.settings import FeatureSettings
 
 COMPILE_TIMEOUT_S = 300  # a registry read and one spec per service; Feast's import dominates
+# The image with Feast (the Dockerfile's `full` target), named in the serving image's refusals.
+FULL_IMAGE = "triton-stack/gateway-full"
+REFUSED_FILE = "refused.json"  # feast_access/online/spec.py's: the services left to the SDK's read
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported here (found, not imported: Feast's import is ~210 MiB)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a finder that refuses it outright
+        return False
+
+
+def refuse_what_needs_feast(settings: Any) -> None:
+    """In an installation without Feast or pyarrow (the serving image), refuse at start, with one
+    ``error:`` line and its ``hint:``, what would need them later: compiling the specs here (none
+    given), the SDK reader, services the compiler left to the SDK, the payload log's Parquet."""
+    features: FeatureSettings = settings.features
+    full = f"the full image, {FULL_IMAGE} (the Dockerfile's `full` target)"
+    if not installed("feast"):
+        if features.reader == "sdk":
+            raise refuse(
+                "GATEWAY_FEATURE_READER=sdk reads through the Feast SDK, which this image leaves out",
+                f"serve from {full}, or from specs `gateway compile-features` wrote (GATEWAY_FEATURE_SPECS)",
+                2,
+            )
+        if features.specs is None:
+            raise refuse(
+                "no feature specs (GATEWAY_FEATURE_SPECS), and compiling them needs Feast, which this "
+                "image leaves out",
+                f"run `gateway compile-features --out DIR` in {full}, as the chart's init container "
+                "does, and set GATEWAY_FEATURE_SPECS=DIR",
+                2,
+            )
+        refused = features.specs / REFUSED_FILE
+        to_sdk = sorted(json.loads(refused.read_text())) if refused.is_file() else []
+        if to_sdk:
+            raise refuse(
+                f"feature specs in {features.specs}: {', '.join(to_sdk)} can only be read through the "
+                "Feast SDK (refused.json), which this image leaves out",
+                f"serve from {full}",
+                2,
+            )
+    if settings.payload_log.url and not installed("pyarrow"):
+        raise refuse(
+            "the payload log (GATEWAY_PAYLOAD_LOG) writes Parquet with pyarrow, which this image leaves out",
+            f"serve from {full}, as the chart does with gateway.payloadLog on, or unset GATEWAY_PAYLOAD_LOG",
+            2,
+        )
 
 
 @dataclass

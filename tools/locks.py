@@ -24,7 +24,14 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REQUIREMENTS = Path(__file__).resolve().parent.parent / "requirements"
-LOCKS = ("bootstrap.lock", "core.lock", "project.lock", "gateway.lock", "bench-mlserver.lock")
+LOCKS = (
+    "bootstrap.lock",
+    "core.lock",
+    "project.lock",
+    "gateway.lock",
+    "gateway-full.lock",
+    "bench-mlserver.lock",
+)
 # torch comes from one of two locks, which `make venv` tries in turn: torch-cpu.lock (by hand: the
 # CPU build is not on PyPI, uv cannot hash it) and torch-cuda.lock (written here from its version).
 TORCH_CPU, TORCH_CUDA = "torch-cpu.lock", "torch-cuda.lock"

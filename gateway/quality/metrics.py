@@ -65,9 +65,19 @@ def auc(truth: np.ndarray, score: np.ndarray) -> float | None:
     y = _bools(truth)
     if len(y) == 0 or y.all() or not y.any():
         return None
-    from sklearn.metrics import roc_auc_score  # imported on first use: the gateway starts faster
+    # The Mann-Whitney form (tied scores share their average rank), equal to scikit-learn's
+    # roc_auc_score: the serving image has no scikit-learn (docs/release.md).
+    ranks = _average_ranks(np.asarray(score, dtype=np.float64).reshape(-1))
+    positives = int(y.sum())
+    negatives = len(y) - positives
+    return float((ranks[y].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
-    return float(roc_auc_score(y, np.asarray(score, dtype=np.float64).reshape(-1)))
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+    """1-based ranks of ``values``, ties given the mean of the ranks they span."""
+    _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    last = np.cumsum(counts)  # the highest rank of each distinct value
+    return (last - (counts - 1) / 2)[inverse]
 
 
 def binary_log_loss(truth: np.ndarray, score: np.ndarray) -> float | None:
@@ -113,9 +123,14 @@ def macro_f1(truth: np.ndarray, predicted: np.ndarray) -> float | None:
     t, p = np.asarray(truth).reshape(-1), np.asarray(predicted).reshape(-1)
     if len(t) == 0:
         return None
-    from sklearn.metrics import f1_score
-
-    return float(f1_score(t, p, average="macro", zero_division=0.0))
+    # As scikit-learn's f1_score(average="macro", zero_division=0), without scikit-learn.
+    classes = np.union1d(t, p)
+    true_pos = np.array([np.sum((t == c) & (p == c)) for c in classes], dtype=np.float64)
+    claimed = np.array([np.sum(p == c) for c in classes], dtype=np.float64)
+    actual = np.array([np.sum(t == c) for c in classes], dtype=np.float64)
+    denominator = claimed + actual  # 2 TP + FP + FN
+    f1 = np.divide(2 * true_pos, denominator, out=np.zeros_like(true_pos), where=denominator > 0)
+    return float(f1.mean())
 
 
 def reliability(truth: np.ndarray, score: np.ndarray, bins: int = BINS) -> list[ReliabilityBin]:

@@ -1,4 +1,5 @@
-"""The gateway as deployed: where it finds Triton and the online store, its API keys, HPA and PDB."""
+"""The gateway as deployed: where it finds Triton and the online store, the feature specs its init
+container compiles with the full image, its images and memory, its API keys, HPA and PDB."""
 
 from __future__ import annotations
 
@@ -54,7 +55,10 @@ def test_gateway_points_at_triton_and_the_online_store(release: Release) -> None
     # on the port the probes and the Service use (settings GATEWAY_HOST / GATEWAY_PORT)
     assert env["GATEWAY_HOST"] == "0.0.0.0"
     assert env["GATEWAY_PORT"] == str(release.values["gateway"]["ports"]["http"])
-    assert env["GATEWAY_FEATURE_REPO"] == release.values["gateway"]["featureRepo"]
+    # the serving image reads the specs the init container compiled from the full image's repo
+    specs = env_of(_init(release, "feature-specs"))
+    assert specs["GATEWAY_FEATURE_REPO"] == release.values["gateway"]["featureRepo"]
+    assert specs["GATEWAY_ONLINE_STORE"] == "redis" and specs["GATEWAY_REDIS_URL"] == env["GATEWAY_REDIS_URL"]
     if release.values["redis"]["enabled"]:
         redis = release.one("Service", "redis")
         # Feast's connection-string form, host:port (what the gateway hands to Feast)
@@ -131,42 +135,116 @@ def test_pdb_protects_the_gateway_pods_only(release: Release) -> None:
     assert not subset(selector, release.pods("triton").labels)
 
 
+def _init(release: Release, name: str) -> dict[str, Any]:
+    (found,) = [c for c in release.pods("gateway").init_containers if c["name"] == name]
+    return found
+
+
+def _payload_log_on(release: Release) -> bool:
+    log = release.values["gateway"]["payloadLog"]
+    return bool(log["url"] or log["persistence"]["enabled"])
+
+
 @on(*ALL_SETS)
-def test_gateway_runs_the_chart_image_with_its_redis_profile_mounted(release: Release, chart: Chart) -> None:
+def test_the_serving_image_serves_and_the_full_image_compiles_the_specs(
+    release: Release, chart: Chart
+) -> None:
     gateway = release.values["gateway"]
     pods = release.pods("gateway")
-    image = f"triton-stack/gateway:{gateway['image']['tag'] or chart.metadata['appVersion']}"
-    assert pods.main["image"] == image
+    version = chart.metadata["appVersion"]
+    serving = f"{gateway['image']['repository']}:{gateway['image']['tag'] or version}"
+    full = f"{gateway['fullImage']['repository']}:{gateway['fullImage']['tag'] or version}"
+    assert (serving, full) == (f"triton-stack/gateway:{version}", f"triton-stack/gateway-full:{version}")
+    # the payload log writes Parquet with pyarrow, which only the full image has
+    assert pods.main["image"] == (full if _payload_log_on(release) else serving)
+    # every init container reads Feast's registry: the full image, with its own resources
+    names = [c["name"] for c in pods.init_containers]
+    assert names == (
+        ["feature-specs"] if gateway["feast"]["registry"] else ["feast-registry", "feature-specs"]
+    )
+    for init in pods.init_containers:
+        assert init["image"] == full
+        assert init["imagePullPolicy"] == gateway["fullImage"]["pullPolicy"]
+        assert init["resources"] == gateway["featureSpecs"]["resources"]
+        assert init["securityContext"] == gateway["securityContext"]
+
+
+@on(*ALL_SETS)
+def test_the_init_container_compiles_the_specs_into_the_folder_the_gateway_reads(release: Release) -> None:
+    pods = release.pods("gateway")
+    init = _init(release, "feature-specs")
+    out = init["command"][init["command"].index("--out") + 1]
+    assert init["command"][:2] == ["gateway", "compile-features"]
+    (written,) = [m for m in init["volumeMounts"] if m["mountPath"] == out]
+    volume = next(v for v in pods.spec["volumes"] if v["name"] == written["name"])
+    assert "emptyDir" in volume  # the pod's own: compiled at every start, from this registry
+    (read,) = [m for m in pods.main["volumeMounts"] if m["name"] == volume["name"]]
+    assert read["readOnly"] is True
+    assert release.gateway_env()["GATEWAY_FEATURE_SPECS"] == read["mountPath"]
+
+
+@on(*ALL_SETS)
+def test_the_redis_profile_is_mounted_where_feast_opens_it(release: Release) -> None:
+    """The init containers (and the full image's gateway, which keeps the SDK's read for a service
+    the compiler refused) open the Redis profile; the serving image's gateway has no Feast."""
+    gateway = release.values["gateway"]
+    pods = release.pods("gateway")
     (config_map,) = [c for c in release.all("ConfigMap", "gateway")]
     volume = next(
         v
         for v in pods.spec["volumes"]
         if v.get("configMap", {}).get("name") == config_map["metadata"]["name"]
     )
-    for container in [pods.main, *pods.init_containers]:
+    opening = [*pods.init_containers, *([pods.main] if _payload_log_on(release) else [])]
+    for container in opening:
         mount = next(m for m in container["volumeMounts"] if m["name"] == volume["name"])
-        # the file the gateway opens for GATEWAY_ONLINE_STORE=redis inside GATEWAY_FEATURE_REPO
+        # the file Feast opens for GATEWAY_ONLINE_STORE=redis inside GATEWAY_FEATURE_REPO
         assert mount["mountPath"] == f"{gateway['featureRepo']}/feature_store.redis.yaml"
         assert config_map["data"][mount["subPath"]]
         assert env_of(container)["REDIS_CONNECTION_STRING"] == release.gateway_env()["GATEWAY_REDIS_URL"]
+    if not _payload_log_on(release):
+        assert not any(m["name"] == volume["name"] for m in pods.main["volumeMounts"])
+        assert not {"GATEWAY_FEATURE_REPO", "REDIS_CONNECTION_STRING"} & set(release.gateway_env())
     profile = yaml.safe_load(config_map["data"]["feature_store.redis.yaml"])
     assert profile["online_store"] == {"type": "redis", "connection_string": "${REDIS_CONNECTION_STRING}"}
     assert profile["project"] == gateway["feast"]["project"]
-    # a pod-local registry must be written by the init container, on a volume both containers mount
-    (init,) = pods.init_containers
-    assert init["image"] == image
+    if gateway["feast"]["registry"]:
+        return
+    # a pod-local registry must be written by the first init container, on a volume the next reads
     registry_dir = str(Path(profile["registry"]).parent)
-    for container in (init, pods.main):
+    for container in pods.init_containers:
         assert any(m["mountPath"] == registry_dir for m in container["volumeMounts"]), container["name"]
 
 
-def test_the_rendered_redis_profile_opens_with_the_images_feature_repo(chart: Chart, tmp_path: Path) -> None:
-    """The init container's command, then the gateway's own open_store, on a copy of the image's
-    feature_repo/ with the rendered ConfigMap over its feature_store.redis.yaml: the feature
-    service the gateway serves is in the registry. (Feast's apply needs no running Redis.)"""
+@on(*ALL_SETS)
+def test_the_gateway_container_is_sized_for_the_image_it_runs(release: Release) -> None:
+    """The serving image's gateway is sized to its measured resident memory (docs/release.md:
+    `make image-check` fails above the request); the full image's, with the payload log, to Feast's."""
+    gateway = release.values["gateway"]
+    resources = release.pods("gateway").main["resources"]
+    on_full = _payload_log_on(release)
+    assert resources == (gateway["payloadLog"]["resources"] if on_full else gateway["resources"])
+    memory = {kind: _mebibytes(resources[kind]["memory"]) for kind in ("requests", "limits")}
+    assert memory["requests"] <= memory["limits"]
+    if not on_full:  # issue 33: the serving process resident in at most ~100 MiB
+        assert memory["requests"] <= 128 and memory["limits"] <= 256
+
+
+def _mebibytes(quantity: str) -> float:
+    units = {"Ki": 2**-10, "Mi": 1, "Gi": 2**10}
+    unit = quantity[-2:]
+    return float(quantity[:-2]) * units[unit] if unit in units else float(quantity) / 2**20
+
+
+def test_the_init_containers_compile_the_specs_from_the_rendered_redis_profile(
+    chart: Chart, tmp_path: Path
+) -> None:
+    """The init containers' commands, on a copy of the full image's feature_repo/ with the rendered
+    ConfigMap over its feature_store.redis.yaml: the registry's apply, then `gateway
+    compile-features`, which writes the spec of the service the gateway serves, on the chart's
+    Redis. (Neither needs a running Redis.)"""
     rel = render(chart, "ci/deployment-values", VALUE_SETS["ci/deployment-values"])
-    pods = rel.pods("gateway")
-    (init,) = pods.init_containers
+    registry_init, specs_init = _init(rel, "feast-registry"), _init(rel, "feature-specs")
     repo_in_image = rel.values["gateway"]["featureRepo"]
     repo = tmp_path / "feature_repo"
     shutil.copytree(REPO_ROOT / "feature_repo", repo, ignore=shutil.ignore_patterns("data", "__pycache__"))
@@ -175,24 +253,31 @@ def test_the_rendered_redis_profile_opens_with_the_images_feature_repo(chart: Ch
     registry_dir = str(Path(yaml.safe_load(text)["registry"]).parent)
     (tmp_path / "registry").mkdir()
     (repo / "feature_store.redis.yaml").write_text(text.replace(registry_dir, str(tmp_path / "registry")))
-    env = {**os.environ, **env_of(init), "PYTHONPATH": str(REPO_ROOT)}
-    assert init["command"][:2] == ["python", "-c"]
-    script = init["command"][2].replace(repo_in_image, str(repo))
+    in_image = {repo_in_image: str(repo)}
+    env = {**os.environ, **env_of(registry_init), "PYTHONPATH": str(REPO_ROOT)}
+    assert registry_init["command"][:2] == ["python", "-c"]
+    script = registry_init["command"][2].replace(repo_in_image, str(repo))
     subprocess.run([sys.executable, "-c", script], check=True, env=env, timeout=180, cwd=tmp_path)
-    check = (
-        "import sys; from feast_access.store import open_store; "
-        "print(open_store(sys.argv[1], 'redis').get_feature_service('fraud_v1').name)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", check, str(repo)],
+
+    specs = tmp_path / "specs"
+    command = [str(specs) if arg == "/specs" else arg for arg in specs_init["command"]]
+    assert command[:2] == ["gateway", "compile-features"]
+    env = {**os.environ, **{k: in_image.get(v, v) for k, v in env_of(specs_init).items()}}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", *command[1:]],
         env=env,
         timeout=180,
         cwd=tmp_path,
         capture_output=True,
         text=True,
     )
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split()[-1] == "fraud_v1"
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads((specs / "refused.json").read_text()) == {}
+    spec = json.loads((specs / "fraud_v1.json").read_text())
+    assert spec["project"] == rel.values["gateway"]["feast"]["project"]
+    assert spec["store"]["type"] == "redis"
+    assert spec["store"]["connection_string"] == rel.gateway_env()["GATEWAY_REDIS_URL"]
 
 
 def test_shadow_settings_reach_the_gateway_only_when_set(chart: Chart) -> None:

@@ -79,6 +79,20 @@ app.kubernetes.io/part-of: triton-stack
 {{- default .Chart.AppVersion .Values.gateway.image.tag }}
 {{- end }}
 
+{{/* The serving image and the full one (the Dockerfile's two targets), each repository:tag. */}}
+{{- define "triton-stack.gateway.image" -}}
+{{- printf "%s:%s" .Values.gateway.image.repository (include "triton-stack.gateway.tag" .) }}
+{{- end }}
+
+{{- define "triton-stack.gateway.fullImage" -}}
+{{- printf "%s:%s" .Values.gateway.fullImage.repository (default .Chart.AppVersion .Values.gateway.fullImage.tag) }}
+{{- end }}
+
+{{/* Where the init container writes the compiled feature specs and the gateway reads them. */}}
+{{- define "triton-stack.gateway.specsDir" -}}
+/specs
+{{- end }}
+
 {{- define "triton-stack.gateway.labels" -}}
 {{- include "triton-stack.labels" (dict "ctx" . "component" "gateway" "version" (include "triton-stack.gateway.tag" .)) }}
 {{- end }}
@@ -321,6 +335,22 @@ online_store:
   type: redis
   connection_string: "${REDIS_CONNECTION_STRING}"
 entity_key_serialization_version: {{ $f.entityKeySerializationVersion }}
+{{- end }}
+
+{{/*
+What Feast's SDK needs to open the Redis profile of the full image's feature repository: the
+repository, the profile, its Redis (Feast's form, host:port), and what the profile's
+${REDIS_CONNECTION_STRING} expands to.
+*/}}
+{{- define "triton-stack.gateway.feastEnv" -}}
+- name: GATEWAY_FEATURE_REPO
+  value: {{ .Values.gateway.featureRepo | quote }}
+- name: GATEWAY_ONLINE_STORE
+  value: redis
+- name: GATEWAY_REDIS_URL
+  value: {{ include "triton-stack.redisUrl" . | quote }}
+- name: REDIS_CONNECTION_STRING
+  value: {{ include "triton-stack.redisUrl" . | quote }}
 {{- end }}
 
 {{/* The gateway's Feast mounts: the Redis profile over the image's file, and the local registry. */}}

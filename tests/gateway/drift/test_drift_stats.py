@@ -406,3 +406,14 @@ def test_the_matrix_layout_counts_as_the_columns_layout():
         (counts,) = monitor.versions()
         counted.append(counts.slots.window(T0, 60)[0].tolist())  # type: ignore[union-attr]
     assert counted[0] == counted[1] and sum(counted[0]) == 3 * 300
+
+
+@pytest.mark.parametrize("dof", [1, 2, 3, 7, 30, 199, 1000])
+def test_the_chi_square_p_value_equals_scipy_s_without_scipy(dof: int) -> None:
+    """The serving image has no scipy: measures.chi2_sf stands in for scipy.special.chdtrc, on
+    both sides of its switch between the series and the continued fraction (x/2 = dof/2 + 1)."""
+    from gateway.stats.measures import chi2_sf
+
+    xs = [0.0, 1e-6, 0.5, dof / 2, dof, dof + 2, dof + 2.0001, 2 * dof + 5, 5 * dof + 40, math.inf]
+    got = [chi2_sf(dof, x) for x in xs]
+    np.testing.assert_allclose(got, sps.chi2.sf(xs, dof), rtol=1e-10, atol=1e-300)

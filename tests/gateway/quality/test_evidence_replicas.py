@@ -189,6 +189,7 @@ def test_three_workers_behind_one_port_share_one_truth(
 class OnRedis:
     repo: Path
     redis: servers.RedisServer
+    specs: Path  # compiled once, as the chart's init step does: no gateway start compiles them
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +197,8 @@ def on_redis(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     """The feature repository on the Redis profile, materialized with Feast (as the chart runs)."""
     from feast_access.store import REDIS_ENV, apply, materialize
     from feature_repo.definitions import OBJECTS
+    from gateway.feature_specs import compile_into
+    from gateway.settings import FeatureSettings
 
     root = tmp_path_factory.mktemp("replicas-redis")
     repo = root / "feature_repo"
@@ -204,7 +207,10 @@ def on_redis(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> Iterator
         mp.setenv(REDIS_ENV, server.address)
         apply(repo, OBJECTS, profile="redis")
         materialize(repo, end=datetime.now(UTC), profile="redis")
-        yield OnRedis(repo, server)
+        specs = root / "specs"
+        settings = FeatureSettings(feature_repo=repo, online_store="redis", redis_url=server.address)
+        compile_into(settings, specs)
+        yield OnRedis(repo, server, specs)
 
 
 def test_three_gateways_on_redis_behind_haproxy_and_one_killed_mid_run(
@@ -213,6 +219,7 @@ def test_three_gateways_on_redis_behind_haproxy_and_one_killed_mid_run(
     env = env_for(
         stack,
         GATEWAY_FEATURE_REPO=str(on_redis.repo),
+        GATEWAY_FEATURE_SPECS=str(on_redis.specs),
         GATEWAY_ONLINE_STORE="redis",
         GATEWAY_REDIS_URL=on_redis.redis.address,
     )

@@ -184,3 +184,19 @@ def test_which_labels_name_a_class(classes: tuple, raw: object, index: int | Non
     truth, why = truth_of(Contract("binary", classes, 0.5, True), raw)
     assert truth == index
     assert (why == "") == (index is not None)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_auc_and_macro_f1_equal_scikit_learn_s_with_ties(seed: int) -> None:
+    """The serving image has no scikit-learn: the live metrics are computed with numpy, and must
+    equal sklearn's on the same rows, ties in the scores and classes never predicted included."""
+    from sklearn.metrics import f1_score, roc_auc_score
+
+    rng = np.random.default_rng(seed)
+    truth = rng.random(300) < 0.3
+    score = np.round(rng.random(300) * 0.5 + truth * 0.3, 1)  # coarse: many tied scores
+    assert m.auc(truth, score) == pytest.approx(roc_auc_score(truth, score), abs=1e-12)
+    classes = np.array(["a", "b", "c", "d"])
+    t, p = rng.choice(classes[:3], 200), rng.choice(classes[1:], 200)  # "a" never predicted, "d" never true
+    want = f1_score(t, p, average="macro", zero_division=0.0)
+    assert m.macro_f1(t, p) == pytest.approx(want, abs=1e-12)
