@@ -45,11 +45,14 @@ setup-demo: venv-core runtime
 # pip), about twice as fast as pip here (docs/testing.md). INSTALLER=pip installs them with pip
 # instead: the fallback where uv cannot reach the index pip is set up for (uv does not read
 # pip.conf). torch's CPU build is installed by pip either way: it lies in pip's find-links.
+# No bytecode compiled at install (uv's default; pip's --no-compile): Python writes the .pyc of
+# what is imported on first import, where compiling all 1.4 GB took ~75 s of a fresh setup's
+# ~80 s (torch alone ~20 s); the image compiles all of its venv, which runs read-only.
 INSTALLER ?= uv
 ifeq ($(INSTALLER),pip)
-LOCKED_INSTALL = $(BIN)/python -m pip install --quiet --require-hashes --no-deps -r
+LOCKED_INSTALL = $(BIN)/python -m pip install --quiet --no-compile --require-hashes --no-deps -r
 else
-LOCKED_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python --require-hashes --no-deps --compile-bytecode -r
+LOCKED_INSTALL = $(BIN)/uv pip install --quiet --python $(BIN)/python --require-hashes --no-deps -r
 endif
 
 venv: $(VENV_STAMP)
@@ -61,9 +64,9 @@ $(VENV_STAMP): requirements/project.lock requirements/bootstrap.lock requirement
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --require-hashes -r requirements/bootstrap.lock
 	$(LOCKED_INSTALL) requirements/project.lock
-	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements/torch-cpu.lock 2>/dev/null || { \
+	$(BIN)/python -m pip install --quiet --no-compile --require-hashes --no-deps -r requirements/torch-cpu.lock 2>/dev/null || { \
 	  echo "torch's CPU build is not on this machine: installing PyPI's build (requirements/torch-cuda.lock)"; \
-	  $(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements/torch-cuda.lock; }
+	  $(BIN)/python -m pip install --quiet --no-compile --require-hashes --no-deps -r requirements/torch-cuda.lock; }
 	$(BIN)/python -m pip check
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-* $(VENV)/.core-*
