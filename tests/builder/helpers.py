@@ -8,7 +8,11 @@ the model was trained on (a DataFrame, a Series of documents, an array, tensors)
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import subprocess
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -333,3 +337,26 @@ CAP = {
     "outputs": [port("out", to="score")],
     "config": {"parameters": {"cap": "0.8"}, "instance_count": 2},
 }
+
+
+def builder_in_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """``builder ARGS`` run in this process, as ``main()`` runs it (the same error contract:
+    ``run_app``), its output captured: what a refusal prints and its exit code, without the ~4 s
+    a fresh interpreter pays importing MLflow and opening the registry. The process boundary
+    itself (no traceback, ``sys.exit`` codes) is tested through real processes in
+    tests/project/test_error_contract.py and in one case of each CLI test module."""
+    from builder.cli.main import _register_commands, app, report_error, run_app
+
+    _register_commands()
+    out, err = io.StringIO(), io.StringIO()
+    argv = sys.argv
+    sys.argv = ["builder", *args]
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = run_app(app, "builder", report_error)
+            except SystemExit as exc:  # a command that exits itself (typer.Exit is returned)
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = argv
+    return subprocess.CompletedProcess(["builder", *args], code, out.getvalue(), err.getvalue())

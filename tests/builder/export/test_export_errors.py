@@ -1,5 +1,6 @@
 """Bad input to `builder export`: each case is refused with one clear line and its exit code,
-writes nothing, and leaves the repository as valid as it was. Run through the real CLI."""
+writes nothing, and leaves the repository as valid as it was. Run through the CLI's own entry
+(``run_app``) in this process, and one case through a real ``python -m builder`` process."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import pytest
 
 from builder.export import ExportRequest, export_model
 from support import models
+from tests.builder.helpers import builder_in_process
 
 pytestmark = pytest.mark.integration
 
 
-def builder(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def builder_process(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "builder", *args], capture_output=True, text=True, timeout=timeout
     )
@@ -117,7 +119,7 @@ def test_refusal_is_clear_and_writes_nothing(
 ):
     repo = registry_models["repo"]
     before = snapshot(repo)
-    result = builder("export", *args, "--repo", str(repo))
+    result = builder_in_process("export", *args, "--repo", str(repo))
     assert result.returncode == code, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, result.stderr
@@ -129,14 +131,14 @@ def test_refusal_is_clear_and_writes_nothing(
 
 
 def test_a_misspelt_alias_gets_the_alias_it_meant_not_an_offer_to_create_it(registry_models: dict[str, Any]):
-    result = builder("export", "models:/err-good@champoin", "--repo", str(registry_models["repo"]))
+    result = builder_in_process("export", "models:/err-good@champoin", "--repo", str(registry_models["repo"]))
     assert result.returncode == 3, result.stderr
     (hint,) = [line for line in result.stderr.splitlines() if line.startswith("hint:")]
     assert "did you mean models:/err-good@champion?" in hint and "set_registered_model_alias" not in hint
 
 
 def test_parity_failure_reports_the_figures(registry_models: dict[str, Any]):
-    result = builder(
+    result = builder_in_process(
         "export",
         "models:/err-good@champion",
         "--repo",
@@ -154,17 +156,28 @@ def test_parity_failure_reports_the_figures(registry_models: dict[str, Any]):
 
 
 def test_repository_still_valid_after_refusals(registry_models: dict[str, Any]):
-    result = builder("validate", "--repo", str(registry_models["repo"]))
+    result = builder_in_process("validate", "--repo", str(registry_models["repo"]))
     assert result.returncode == 0, result.stderr
 
 
 def test_reexport_is_idempotent_through_the_cli(registry_models: dict[str, Any]):
     repo = registry_models["repo"]
     before = snapshot(repo)
-    result = builder("export", "models:/err-good@champion", "--repo", str(repo), "--json")
+    result = builder_in_process("export", "models:/err-good@champion", "--repo", str(repo), "--json")
     assert result.returncode == 0, result.stderr
     import json
 
     out = json.loads(result.stdout)
     assert [m["status"] for m in out["models"]] == ["unchanged"]
     assert snapshot(repo) == before
+
+
+def test_a_refusal_through_a_real_process(registry_models: dict[str, Any]) -> None:
+    """The process boundary: exit code from ``sys.exit``, one error line, no traceback."""
+    repo = registry_models["repo"]
+    before = snapshot(repo)
+    result = builder_process("export", "models:/err-good@staging", "--repo", str(repo))
+    assert result.returncode == 3, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "has no alias 'staging'" in errors[0], result.stderr
+    assert "Traceback" not in result.stderr and snapshot(repo) == before

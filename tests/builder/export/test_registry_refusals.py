@@ -1,6 +1,8 @@
 """Registry refusals that never mislead: a missing SQLite registry is reported, not created; an
 unknown model's hint names a command that exists; a flavor the builder does not convert (H2O) is
-refused naming those it does. Through the real CLI."""
+refused naming those it does. Through the real CLI: a process where the registry is looked up
+from the environment and the working folder, the CLI's entry in this process where it is the
+session's registry."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from builder.errors import ConversionError, RegistryError
+from tests.builder.helpers import builder_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -60,7 +63,7 @@ def test_missing_sqlite_file_named_by_the_environment(tmp_path: Path):
 
 
 def test_unknown_model_hint_names_a_real_command(mlflow_registry: str, tmp_path: Path):
-    result = builder("export", "models:/nobody-here@champion", "--repo", str(tmp_path / "r"))
+    result = builder_in_process("export", "models:/nobody-here@champion", "--repo", str(tmp_path / "r"))
     assert result.returncode == RegistryError.exit_code, result.stderr
     error, hint = _error_and_hint(result.stderr)
     assert "no registered model named 'nobody-here'" in error
@@ -89,7 +92,7 @@ def test_an_unsupported_flavor_is_a_clear_refusal(mlflow_registry: str, tmp_path
     )
     with mlflow.start_run() as run:
         mlflow.log_artifacts(str(model_dir), artifact_path="model")
-    result = builder(
+    result = builder_in_process(
         "export", f"runs:/{run.info.run_id}/model", "--name", "h2o", "--repo", str(tmp_path / "r")
     )
     assert result.returncode == ConversionError.exit_code, result.stderr
