@@ -112,14 +112,14 @@ def serve(
         feature_specs=feature_specs,
     )
     from gateway import feature_specs as specs
-
-    compiling = specs.start_compiling(settings)  # a child process, while this one imports the rest
     from gateway import processes
 
+    # The refusals that take milliseconds come before the seconds of compiling the specs.
+    processes.refuse_http_port_for_grpc(settings.triton.url)
+    processes.refuse_busy_ports(settings)
+    compiling = specs.start_compiling(settings)  # a child process, while this one imports the rest
     try:
         settings = specs.finish_compiling(settings, compiling)
-        processes.refuse_http_port_for_grpc(settings.triton.url)
-        processes.refuse_busy_ports(settings)
         if settings.server.workers > 1:
             if not settings.server.port:
                 console.print("[bold red]error:[/] --workers above 1 needs a fixed --port (not 0)")

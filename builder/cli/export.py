@@ -123,11 +123,13 @@ def export(
     json_output: Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout")] = False,
 ) -> None:
     """Export a registry model to ONNX, check parity, and write it into a Triton model repository."""
-    from builder.export import ExportRequest, export_model
-    from builder.tensorrt.options import PlanOptions
 
     def go() -> None:
         _check_files(reference, ensemble_spec, int8_calibration)
+        # After the file checks: a missing file is refused before MLflow's second of imports.
+        from builder.export import ExportRequest, export_model
+        from builder.tensorrt.options import PlanOptions
+
         # "all" is the CLI's word for both; ExportRequest checks the rest (and the other options).
         given = format or ["onnx"]
         formats = tuple(dict.fromkeys(["onnx", "tensorrt", *given] if "all" in given else given))
