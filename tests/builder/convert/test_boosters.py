@@ -9,8 +9,6 @@ never saw and compared with what the native library itself predicts.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ from tests.builder.convert.helpers import (
     train_xgb_booster,
     value_target,
 )
+from tests.builder.helpers import builder_in_process
 
 pytestmark = pytest.mark.integration  # a real MLflow registry (SQLite) or real servers
 
@@ -275,12 +274,7 @@ def test_unexportable_booster_is_refused_with_its_reason(refused: list[str], nam
 
 def test_cli_refusal_is_one_error_line_and_a_hint(refused: list[str], tmp_path: Path):
     repo = tmp_path / "model_repo"
-    result = subprocess.run(
-        [sys.executable, "-m", "builder", "export", "models:/no-xgb-rank@champion", "--repo", str(repo)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = builder_in_process("export", "models:/no-xgb-rank@champion", "--repo", str(repo))
     assert result.returncode == 4, result.stderr
     lines = result.stderr.splitlines()
     assert any(line.startswith("error:") and "rank:pairwise" in line for line in lines), result.stderr
