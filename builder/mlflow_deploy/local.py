@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
@@ -19,7 +20,7 @@ from builder.export.run import export_model
 from builder.mlflow_deploy.errors import to_mlflow
 from builder.mlflow_deploy.target import check_flavor, check_keys, export_request, number
 from builder.repository.names import validate_model_name
-from builder.runtime.foreground import wait_for_stop
+from builder.runtime.foreground import raise_interrupt, wait_for_stop
 from builder.runtime.server import ServerOptions, TritonServer
 
 PORT_KEYS = ("http_port", "grpc_port", "metrics_port")
@@ -55,26 +56,28 @@ def serve_locally(
         config.pop(key, None)
     check_keys(config, ())  # only export options remain (checked by export_request)
     repo = Path(str(given_repo)).absolute() if given_repo else Path(tempfile.mkdtemp(prefix="triton-stack-"))
+    # SIGTERM takes Ctrl-C's path from here on: a stop while exporting or starting (or right
+    # after "serving" is printed) still stops Triton and removes the temporary repository.
+    previous = signal.signal(signal.SIGTERM, raise_interrupt)
+    server: TritonServer | None = None
     try:
         result = export_model(export_request(model_uri, name, repo, config), progress=say)
         models = [w.name for w in result.written]
         server = TritonServer(repo, ServerOptions.explicit(models, address="127.0.0.1", **ports))
         server.start()
         say(f"serving {', '.join(models)} (version {result.version}) from {repo} at http://{server.http_url}")
-        _run_until_stopped(server)
-    finally:
-        if not given_repo:
-            shutil.rmtree(repo, ignore_errors=True)
-
-
-def _run_until_stopped(server: TritonServer) -> None:
-    try:
         code = wait_for_stop(server)
         if code is not None:
             raise RuntimeSetupError(
                 f"tritonserver exited unexpectedly (exit code {code})", hint=f"read {server.log_path}"
             )
         print("stopping", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("stopping", file=sys.stderr)
     finally:
-        with contextlib.suppress(Exception):
-            server.stop()
+        if server is not None:
+            with contextlib.suppress(Exception):
+                server.stop()
+        signal.signal(signal.SIGTERM, previous)
+        if not given_repo:
+            shutil.rmtree(repo, ignore_errors=True)
