@@ -33,7 +33,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -41,7 +41,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchmarks import drift_bench, evidence_bench, gateway_cpu, gateway_profile, report, shadow_bench
+from benchmarks import (
+    drift_bench,
+    evidence_bench,
+    gateway_cpu,
+    gateway_profile,
+    gateway_targets,
+    report,
+    shadow_bench,
+)
 from benchmarks.gateway_loadgen import MODES, Target, Traffic, Window, measure, metric_key
 from builder.tune.load import Plan, triton_version
 
@@ -85,7 +93,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--idle-seconds", type=float, default=20.0, help="seconds of each server's idle CPU reading"
     )
     parser.add_argument(
-        "--cpu-seconds", type=float, default=5.0, help="measured seconds per wrk point (CPU per request)"
+        "--cpu-seconds", type=float, default=3.0, help="measured seconds per wrk round (CPU per request)"
+    )
+    parser.add_argument(
+        "--cpu-rounds",
+        type=int,
+        default=3,
+        help="wrk rounds per point, paths alternated; the median is shown",
+    )
+    parser.add_argument(
+        "--targets-seconds",
+        type=float,
+        default=3.0,
+        help="seconds per window of issue 33's gRPC / OIP-gRPC / HTTP comparison at 16 clients; 0: none",
+    )
+    parser.add_argument("--targets-rounds", type=int, default=2, help="windows per path of that comparison")
+    parser.add_argument(
+        "--no-other-store",
+        dest="other_store",
+        action="store_false",
+        help="measure the gateway on --online-store only (by default a second gateway on the other "
+        "store, SQLite or a redis-server started here, is measured beside it)",
     )
     parser.add_argument(
         "--online-store",
@@ -603,6 +631,80 @@ def evidence_cost(
         raise GatewayBenchError(str(exc)[:2000]) from None
 
 
+def other_gateway(
+    stack: ExitStack, root: Path, gateway_triton: str, store: str, say: Callable[[str], None]
+) -> gateway_cpu.OtherGateway:
+    """A second gateway on the same Triton, on the online store ``store`` (a redis-server started
+    and materialized into here, or the SQLite store build_stack filled), open until ``stack``
+    closes; its answers must equal the first's."""
+    repo = root / "feature_repo"
+    env = stack.enter_context(online_store(repo, store, root, say))
+    workdir = root / f"gateway-{store}"
+    workdir.mkdir(exist_ok=True)
+    gw = stack.enter_context(gateway(workdir, gateway_triton, repo, env))
+    return gateway_cpu.OtherGateway(store, gw.http, gw.proc.pid, env)
+
+
+def same_answers(first: str, second: str, rows: list[dict[str, Any]]) -> None:
+    """The two gateways (``host:port``) score ``rows`` alike: a store read wrongly is not timed."""
+    import requests
+
+    scores = []
+    for address in (first, second):
+        resp = requests.post(f"http://{address}/v1/models/{MODEL}/predict", json={"rows": rows}, timeout=10)
+        if resp.status_code != 200:
+            raise GatewayBenchError(f"gateway {address} answered {resp.status_code}: {resp.text[:300]}")
+        scores.append(np.array([p["score"] for p in resp.json()["predictions"]]))
+    error = float(np.abs(scores[0] - scores[1]).max())
+    if not error <= 1e-6:
+        raise GatewayBenchError(f"the gateways on the two online stores disagree: max abs error {error:.2g}")
+
+
+def cpu_and_targets(
+    bench: Bench, root: Path, store_env: dict[str, str], gateway_triton: str, triton_http: str
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The CPU part (gateway_cpu.py: wrk, stages, the feature read; with a second gateway on
+    the other online store beside ``bench``'s) and issue 33's gRPC figures and verdicts."""
+    args, target = bench.args, bench.target
+    other_store = "redis" if args.online_store == "sqlite" else "sqlite"
+    with ExitStack() as stack:
+        other = None
+        if args.other_store:
+            other = other_gateway(stack, root, gateway_triton, other_store, bench.say)
+            same_answers(target.gateway_http, other.http, bench.traffic.rows)
+        stack_of = gateway_cpu.Stack(triton_http, root / "feature_repo", args.online_store, store_env, other)
+        cpu = gateway_cpu.run(bench.pool, target, bench.traffic, args, bench.say, stack_of)
+    grpc = None
+    if args.targets_seconds > 0:
+        grpc = gateway_targets.grpc_points(
+            bench.pool,
+            target,
+            bench.traffic,
+            args.targets_seconds,
+            args.warmup,
+            args.targets_rounds,
+            bench.say,
+        )
+    targets = {
+        "aims": gateway_targets.AIMS,
+        "grpc": grpc,
+        "verdicts": gateway_targets.verdicts(cpu, grpc),
+    }
+    return cpu, targets
+
+
+def cpu_verdicts(
+    cpu: dict[str, Any], targets: dict[str, Any], loadgen_ratio: float | None
+) -> list[dict[str, Any]]:
+    """Issue 16's aims on the CPU part; its gRPC/HTTP ratio from issue 33's same-client windows at
+    16 clients when they ran, else from the load generator's points."""
+    grpc = targets.get("grpc") or {}
+    g = grpc.get("grpc (Python client)", {}).get("gateway_us")
+    h = grpc.get("http (Python client)", {}).get("gateway_us")
+    ratio = g / h if g and h else loadgen_ratio
+    return gateway_cpu.verdicts(cpu["idle_cores"], cpu["points"], cpu["rss_mib"], ratio)
+
+
 def run(args: argparse.Namespace, runtime: Any, root: Path, say: Callable[[str], None]) -> dict[str, Any]:
     """Everything in the module docstring; returns the ``gateway`` part of the results."""
     root.mkdir(parents=True, exist_ok=True)
@@ -667,10 +769,15 @@ def _run(
                         "settings": {"model": MODEL, "rows": len(rows), "online_store": args.online_store},
                         "evidence": evidence,
                     }
-                cpu = gateway_cpu.run(
-                    pool, target, traffic, server.http_url, root / "feature_repo", args, say
-                )
                 bench = Bench(pool, target, traffic, args, say)
+                cpu, targets = cpu_and_targets(bench, root, store_env, gateway_triton, server.http_url)
+                if getattr(args, "only", None) == "targets":  # run.py --only targets: that alone
+                    return {
+                        "triton_version": triton_version(server.grpc_url),
+                        "settings": {"model": MODEL, "rows": len(rows), "online_store": args.online_store},
+                        "cpu": {**cpu, "verdicts": cpu_verdicts(cpu, targets, None)},
+                        "targets": targets,
+                    }
                 points = measure_points(bench)
                 profiles, profile_note = profile(bench, gw.proc.pid, root)
                 drift = drift_cost(bench, spec, root, store_env, gateway_triton)
@@ -718,11 +825,7 @@ def _run(
         "drift": drift,
         "shadow": shadow,
         "evidence": evidence,
-        "cpu": {
-            **cpu,
-            "verdicts": gateway_cpu.verdicts(
-                cpu["idle_cores"], cpu["points"], cpu["rss_mib"], grpc_vs_http(points)
-            ),
-        },
+        "targets": targets,
+        "cpu": {**cpu, "verdicts": cpu_verdicts(cpu, targets, grpc_vs_http(points))},
         "notes": notes(points, profiles, len(os.sched_getaffinity(0))),
     }

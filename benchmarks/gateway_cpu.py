@@ -20,9 +20,11 @@ The aims are issue 16's (``AIMS``); ``verdicts`` says which are met.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -85,36 +87,87 @@ def idle_cores(pgids: dict[str, int], seconds: float) -> dict[str, float]:
     return {k: (group_cpu_seconds(p) - before[k]) / seconds for k, p in pgids.items()}
 
 
+@dataclass(frozen=True)
+class WrkPath:
+    """One path wrk drives: its URL, the bodies it cycles, the gateway on it (None: direct Triton)."""
+
+    url: str
+    bodies: list[str]
+    gateway_pgid: int | None = None
+
+
 def load_points(
-    urls: dict[str, str],
-    bodies: dict[str, list[str]],
-    pgids: dict[str, int],
+    paths: dict[str, WrkPath],
+    triton_pgid: int,
     concurrency: list[int],
     seconds: float,
     warmup_s: float,
     say: Callable[[str], None],
+    rounds: int = 1,
 ) -> list[dict[str, Any]]:
-    """wrk at each concurrency against each path (alternated), CPU µs per request per tree."""
+    """wrk at each concurrency against each path, ``rounds`` times, the paths' order reversed
+    every round (A B C, C B A, ...): per point the median of its rounds (p50, p99, req/s, CPU µs
+    per request of the gateway's process and of Triton's tree), each round kept too."""
+    points = []
+    for c in concurrency:
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in paths}
+        for r in range(rounds):
+            for name in list(paths) if (r + c) % 2 else list(paths)[::-1]:
+                say(f"gateway (CPU): wrk on {name} at concurrency {c}, round {r + 1}/{rounds}")
+                runs[name].append(_wrk_run(paths[name], triton_pgid, c, seconds, warmup_s))
+        points += [{"path": name, "concurrency": c, **_median(runs[name])} for name in paths]
+    return points
+
+
+def _wrk_run(path: WrkPath, triton_pgid: int, c: int, seconds: float, warmup_s: float) -> dict[str, Any]:
+    pgids = {"triton": triton_pgid, **({"gateway": path.gateway_pgid} if path.gateway_pgid else {})}
 
     def sample() -> dict[str, float]:
         return {"machine": machine_cpu_seconds(), **{k: group_cpu_seconds(p) for k, p in pgids.items()}}
 
-    points = []
-    for c in concurrency:
-        for path in urls if c % 2 else list(urls)[::-1]:
-            say(f"gateway (CPU): wrk on {path} at concurrency {c}")
-            p = run_wrk(urls[path], bodies[path], c, seconds, warmup_s, sample)
-            ok = p["requests"] - p["errors"]
-            cpu = {}
-            if "sample_before" in p and ok > 0:
-                before, after = p.pop("sample_before"), p.pop("sample_after")
-                cpu = {f"{k}_us": (after[k] - before[k]) / ok * 1e6 for k in pgids}
-                cpu.update({f"{k}_cores": (after[k] - before[k]) / seconds for k in pgids})
-                # everything else busy meanwhile: wrk itself, and any other work on the machine
-                servers = sum(after[k] - before[k] for k in pgids)
-                cpu["other_cores"] = max(0.0, after["machine"] - before["machine"] - servers) / seconds
-            points.append({"path": path, "concurrency": c, **p, **cpu})
-    return points
+    p = run_wrk(path.url, path.bodies, c, seconds, warmup_s, sample)
+    ok = p["requests"] - p["errors"]
+    if "sample_before" in p:
+        before, after = p.pop("sample_before"), p.pop("sample_after")
+        if ok > 0:
+            p.update({f"{k}_us": (after[k] - before[k]) / ok * 1e6 for k in pgids})
+            p.update({f"{k}_cores": (after[k] - before[k]) / seconds for k in pgids})
+            # everything else busy meanwhile: wrk itself, and any other work on the machine
+            servers = sum(after[k] - before[k] for k in pgids)
+            p["other_cores"] = max(0.0, after["machine"] - before["machine"] - servers) / seconds
+    return p
+
+
+_MEDIANS = (
+    "p50_ms",
+    "p99_ms",
+    "throughput_rps",
+    "gateway_us",
+    "triton_us",
+    "gateway_cores",
+    "triton_cores",
+    "other_cores",
+)
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One point from its rounds: the median of each figure over the rounds that measured it;
+    failures summed; a point with no measured round is a failed one."""
+    measured = [r for r in runs if not r.get("failure")]
+    if not measured:
+        return {**runs[0], "rounds": runs}
+    out: dict[str, Any] = {
+        k: statistics.median(r[k] for r in measured if r.get(k) is not None)
+        for k in _MEDIANS
+        if any(r.get(k) is not None for r in measured)
+    }
+    for k in ("requests", "errors", "non_2xx", "socket_errors"):
+        out[k] = sum(r.get(k, 0) for r in runs)
+    out["rounds"] = [
+        {k: r.get(k) for k in ("throughput_rps", "p50_ms", "p99_ms", "gateway_us", "triton_us", "failure")}
+        for r in runs
+    ]
+    return out
 
 
 def verdicts(
@@ -149,42 +202,98 @@ def verdicts(
     return out
 
 
+@dataclass(frozen=True)
+class OtherGateway:
+    """A second gateway on the same Triton and rows, on the other online store."""
+
+    store: str  # "sqlite" or "redis"
+    http: str  # host:port
+    pgid: int
+    env: dict[str, str]  # its GATEWAY_* store settings (the stage harness opens the same)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """What the CPU part needs of part (c)'s stack beside its load target: Triton's HTTP address,
+    the feature repository, the first gateway's online store and settings, a second gateway."""
+
+    triton_http: str  # host:port
+    feature_repo: Path
+    store: str = "sqlite"  # the online store of the load target's gateway
+    store_env: dict[str, str] = field(default_factory=dict)  # its GATEWAY_* store settings
+    other: OtherGateway | None = None  # on the other store, measured beside it
+
+
 def run(
     pool: ProcessPoolExecutor,
     target: Target,
     traffic: Traffic,
-    triton_http: str,
-    feature_repo: Path,
     args: Any,
     say: Callable[[str], None],
+    stack: Stack,
 ) -> dict[str, Any]:
     """Section (c)'s CPU part against the stack ``target`` names (Triton's gRPC and the
-    gateway's ports, both process groups), Triton's HTTP at ``triton_http``."""
+    gateway's ports, both process groups) and ``stack`` (Triton's HTTP, the stores; the other
+    store's gateway measured beside the first, path ``gateway, <store>``)."""
+    triton_http, feature_repo, store, store_env, other = (
+        stack.triton_http,
+        stack.feature_repo,
+        stack.store,
+        stack.store_env,
+        stack.other,
+    )
     triton_grpc, gateway_http, model = target.triton_url, target.gateway_http, target.model
     pgids = {"gateway": target.gateway_pgid, "triton": target.triton_pgid}
     rows, x, outputs = traffic.rows, traffic.x, target.outputs
     say(f"gateway (CPU): both servers idle for {args.idle_seconds:g} s")
     idle = idle_cores(pgids, args.idle_seconds)
-    urls = {
-        "triton": f"http://{triton_http}/v2/models/{model}/infer",
-        "gateway": f"http://{gateway_http}/v1/models/{model}/predict",
+    bodies = [json.dumps(r) for r in rows]
+    paths = {
+        "triton": WrkPath(f"http://{triton_http}/v2/models/{model}/infer", v2_bodies(x, outputs)),
+        "gateway": WrkPath(f"http://{gateway_http}/v1/models/{model}/predict", bodies, target.gateway_pgid),
     }
-    bodies = {"triton": v2_bodies(x, outputs), "gateway": [json.dumps(r) for r in rows]}
-    points = load_points(urls, bodies, pgids, args.concurrency, args.cpu_seconds, args.warmup, say)
+    stores = {"gateway": store}
+    if other is not None:
+        name = f"gateway, {other.store}"
+        paths[name] = WrkPath(f"http://{other.http}/v1/models/{model}/predict", bodies, other.pgid)
+        stores[name] = other.store
+    rounds = max(1, getattr(args, "cpu_rounds", 1))
+    points = load_points(
+        paths, target.triton_pgid, args.concurrency, args.cpu_seconds, args.warmup, say, rounds
+    )
     rss = {k: rss_mib(p) for k, p in pgids.items()}
     say("gateway (CPU): the gateway's stages, in-process, Triton over HTTP and over gRPC")
+    envs = {store: store_env or {}, **({other.store: other.env} if other else {})}
     stages = {
-        protocol: pool.submit(gateway_stages.measure, url, feature_repo, model, rows).result()
+        protocol: pool.submit(
+            gateway_stages.measure, url, feature_repo, model, rows, env=envs[store]
+        ).result()
         for protocol, url in (("http", f"http://{triton_http}"), ("grpc", f"grpc://{triton_grpc}"))
     }
+    if other is not None:
+        stages[f"http, {other.store}"] = pool.submit(
+            gateway_stages.measure, f"http://{triton_http}", feature_repo, model, rows, env=other.env
+        ).result()
+    say("gateway (CPU): the feature read alone, back to back, on each store")
+    feature_read = {
+        s: pool.submit(
+            gateway_stages.feature_read, f"http://{triton_http}", feature_repo, model, rows, e
+        ).result()
+        for s, e in envs.items()
+    }
+    stage_stores = {"http": store, "grpc": store, **({f"http, {other.store}": other.store} if other else {})}
     one = next((p for p in points if p["path"] == "gateway" and p["concurrency"] == 1), None)
     rest = one["gateway_us"] - sum(stages["http"].values()) if one and "gateway_us" in one else None
     return {
         "idle_seconds": args.idle_seconds,
         "idle_cores": idle,
         "points": points,
+        "rounds": rounds,
+        "stores": stores,
         "rss_mib": rss,
         "stages": stages,
+        "stage_stores": stage_stores,
+        "feature_read": feature_read,
         "server_and_loop_us": rest,
         "aims": AIMS,
     }

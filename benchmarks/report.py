@@ -107,6 +107,8 @@ def to_markdown(report: dict[str, Any]) -> str:
             lines += gateway_markdown(report["gateway"])
         if report["gateway"].get("cpu"):
             lines += cpu_markdown(report["gateway"]["cpu"])
+        if report["gateway"].get("targets"):
+            lines += targets_markdown(report["gateway"]["targets"])
         if report["gateway"].get("drift"):
             lines += drift_markdown(report["gateway"]["drift"])
         if report["gateway"].get("shadow"):
@@ -313,9 +315,11 @@ def cpu_markdown(c: dict[str, Any]) -> list[str]:
         "",
         "### CPU per request (wrk, HTTP), idle CPU, memory (issue 16)",
         "",
-        "wrk drives direct Triton (KServe V2 JSON, one row) and the gateway (one row) in turn at each "
-        "concurrency; CPU is each server's whole process tree from /proc around the measured run "
-        "(Triton's includes its Python-backend stubs), per successful request.",
+        "wrk drives direct Triton (KServe V2 JSON, one row) and the gateway (one row; a second gateway "
+        "on the other online store beside it, `gateway, <store>`) in turn at each concurrency, "
+        f"{c.get('rounds', 1)} round(s) with the order reversed each round, the median shown; CPU is each "
+        "server's whole process tree from /proc around the measured run (Triton's includes its "
+        "Python-backend stubs), per successful request.",
         "",
     ]
     rows = []
@@ -350,24 +354,43 @@ def cpu_markdown(c: dict[str, Any]) -> list[str]:
     rss = ", ".join(f"{k} {v:.0f} MiB" for k, v in c["rss_mib"].items())
     lines += ["", f"Idle over {c['idle_seconds']:g} s (cores): {idle}. Resident after the load: {rss}.", ""]
     stages = c["stages"]
+    stores = c.get("stage_stores", {})
     names = list(stages["http"])
-    srows = [[n, f"{stages['grpc'][n]:,.0f}", f"{stages['http'][n]:,.0f}"] for n in names]
-    srows.append(["sum", f"{sum(stages['grpc'].values()):,.0f}", f"{sum(stages['http'].values()):,.0f}"])
+    columns = [k for k in ("grpc", "http") if k in stages] + [k for k in stages if k not in ("grpc", "http")]
+
+    def title(key: str) -> str:
+        over = "Triton over gRPC" if key == "grpc" else "Triton over HTTP"
+        return f"{over}, {stores[key]}" if key in stores else over
+
+    srows = [[n, *(f"{stages[k][n]:,.0f}" for k in columns)] for n in names]
+    srows.append(["sum", *(f"{sum(stages[k].values()):,.0f}" for k in columns)])
     if c.get("server_and_loop_us") is not None:
         srows.append(
             [
-                "HTTP server, event loop, batcher, sockets (1-client wrk − sum)",
-                "",
-                f"{c['server_and_loop_us']:,.0f}",
+                "HTTP server, event loop, batcher, sockets, the evidence writer (1-client wrk − sum)",
+                *("" if k != "http" else f"{c['server_and_loop_us']:,.0f}" for k in columns),
             ]
         )
+    reads = c.get("feature_read", {})
     lines += [
         "Where the gateway's CPU goes, µs per one-row request (benchmarks/gateway_stages.py: one thread, "
-        "requests one after another, each stage on the thread's CPU clock); the Triton call over gRPC "
-        "(the client before issue 16) and over HTTP (the default since):",
+        "requests one after another, each stage on the thread's CPU clock; the store named after the "
+        "Triton client's protocol):",
         "",
-        *_table(["stage", "Triton over gRPC", "Triton over HTTP"], srows),
+        *_table(["stage", *(title(k) for k in columns)], srows),
         "",
+    ]
+    if reads:
+        lines += [
+            "The feature read alone, back to back (the gateway's feature client, one row, the demo's two "
+            "views, one thread; median and least of the passes): "
+            + "; ".join(
+                f"{store} {r['median_us']:.1f} µs (least {r['min_us']:.1f})" for store, r in reads.items()
+            )
+            + ".",
+            "",
+        ]
+    lines += [
         *_table(
             ["aim (issue 16)", "measured", "limit", "met"],
             [
@@ -381,6 +404,49 @@ def cpu_markdown(c: dict[str, Any]) -> list[str]:
             ],
         ),
     ]
+    return lines
+
+
+def targets_markdown(t: dict[str, Any]) -> list[str]:
+    """(c, issue 33 #3): gRPC and OIP-gRPC against HTTP, and every must-show aim's verdict."""
+    lines = ["", "### The request path's must-show figures (issue 33 #3)", ""]
+    grpc = t.get("grpc")
+    if grpc:
+        rows = []
+        for name, g in grpc.items():
+            if not isinstance(g, dict):
+                continue
+            rows.append(
+                [
+                    name,
+                    _opt(g.get("throughput_rps"), ",.0f"),
+                    _opt(g.get("gateway_us"), ",.0f"),
+                    _opt(g.get("client_cores"), ".2f"),
+                    "; ".join(g.get("failures", [])) or str(g.get("errors", 0)),
+                ]
+            )
+        lines += [
+            "Gateway CPU per request at 16 clients by transport (benchmarks/gateway_targets.py): the "
+            "gateway's HTTP and gRPC under the same Python client, the Open Inference Protocol under "
+            "perf_analyzer (median of the windows); HTTP under wrk is in the CPU table above.",
+            "",
+            *_table(["path", "req/s", "gateway CPU µs/req", "client cores", "failed"], rows),
+            "",
+        ]
+        if not any(k.startswith("OIP") for k in grpc):
+            lines += [f"OIP not measured: {grpc.get('perf_analyzer')}.", ""]
+    lines += _table(
+        ["aim (issue 33 #3)", "measured", "limit", "met"],
+        [
+            [
+                v["aim"],
+                "—" if v["measured"] is None else f"{v['measured']:,.3g}",
+                f"{v['limit']:g}",
+                "yes" if v["met"] else "**no**",
+            ]
+            for v in t.get("verdicts", [])
+        ],
+    )
     return lines
 
 

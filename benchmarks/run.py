@@ -11,8 +11,11 @@ What it does, start to finish, in a throwaway MLflow registry and model reposito
    (b) drives each model with a closed-loop gRPC client in a separate process at each
    concurrency, alternating the two models (A B B A) so drift and noise hit both equally;
 5. (c) the gateway against direct Triton on the same rows, the Feast read alone, and a profile
-   of the gateway's request path (``gateway_bench.py``); what drift counting, shadow traffic and
-   the shared evidence store cost, each on vs off (``--only evidence``: that comparison alone);
+   of the gateway's request path (``gateway_bench.py``); its CPU per request on both online
+   stores, stage by stage, and issue 33's must-show figures with their verdicts
+   (``gateway_cpu.py``, ``gateway_targets.py``; ``--only targets``: those alone); what drift
+   counting, shadow traffic and the shared evidence store cost, each on vs off (``--only
+   evidence``: that comparison alone);
 6. (d) a neural network's serving routes, per batch size: ONNX Runtime on CPU, on CUDA, with its
    TensorRT accelerator, and the TensorRT plan (``gpu_routes.py``; without a GPU only the CPU
    route is measured and the others say why);
@@ -92,8 +95,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--explain-calls", type=int, default=100, help="explainer calls of the large model")
     parser.add_argument(
         "--only",
-        choices=("triton", "gateway", "evidence", "gpu", "ensemble", "peer", "shim", "locust", "explain"),
-        help="run one part: (a)+(b), (c), (c)'s evidence-store on vs off alone, (d), (e), (f) or (g)",
+        choices=(
+            "triton",
+            "gateway",
+            "targets",
+            "evidence",
+            "gpu",
+            "ensemble",
+            "peer",
+            "shim",
+            "locust",
+            "explain",
+        ),
+        help="run one part: (a)+(b), (c), (c)'s request-path figures of issue 33 alone (wrk on both "
+        "stores, stages, the feature read, gRPC and OIP-gRPC), (c)'s evidence-store on vs off alone, "
+        "(d), (e), (f) or (g)",
     )
     gateway_bench.add_arguments(parser)
     shim_bench.add_arguments(parser)
@@ -313,7 +329,7 @@ def run(args: argparse.Namespace) -> int:
         use_throwaway_registry(root)
         if args.only in (None, "triton"):
             result.update(run_triton(args, runtime, root))
-        if args.only in (None, "gateway", "evidence"):  # evidence: gateway_bench runs only that
+        if args.only in (None, "gateway", "targets", "evidence"):  # targets, evidence: only that part
             result["gateway"] = gateway_bench.run(args, runtime, root / "gateway", say)
         if args.only in (None, "gpu"):
             result["gpu_routes"] = gpu_routes.run(args, root / "gpu", say)

@@ -156,7 +156,7 @@ class Predictor:
         try:
             fetched = await self.features.fetch(spec.feature_service, entity_rows)
         finally:
-            metrics.FEATURE_SECONDS.labels(spec.name).observe(time.perf_counter() - start)
+            metrics.per_model(metrics.FEATURE_SECONDS, spec.name).observe(time.perf_counter() - start)
         default = self.settings.features.missing_policy(spec.name) == "default"
         served: list[tuple[Pending, slice]] = []
         rows: list[int] = []  # the batch's rows that go to Triton
@@ -192,7 +192,7 @@ class Predictor:
             self.forget(spec.name)  # a reload may have changed it: resolve again next time
             raise
         finally:
-            metrics.TRITON_SECONDS.labels(spec.name).observe(time.perf_counter() - start)
+            metrics.per_model(metrics.TRITON_SECONDS, spec.name).observe(time.perf_counter() - start)
         try:
             scored = predictions(spec, out, [bool(fetched.missing[i]) for i in rows])
         except OutputMismatch:

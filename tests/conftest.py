@@ -36,24 +36,24 @@ from support.servers import stop_now
 # follow in collection order; a path no longer found is ignored (refresh the list from
 # `--durations=0` when files move or the order of the slowest changes).
 LONGEST_FIRST = (
-    "tests/gateway/quality/test_evidence_replicas.py",  # 111 s
-    "tests/gateway/test_gateway.py",  # 97 s, with the gateway stack
-    "tests/builder/export/test_export_errors.py",  # 65 s
-    "tests/builder/support_matrix/test_support_matrix.py",  # 56 s
-    "tests/builder/repository/test_export_crash.py",  # 50 s
-    "tests/builder/ensemble/test_ensemble_served.py",  # 49 s
-    "tests/project/test_error_contract.py",  # 38 s
+    "tests/gateway/quality/test_evidence_replicas.py",  # 60 s
+    "tests/gateway/test_gateway.py",  # 60 s
+    "tests/builder/repository/test_export_crash.py",  # 59 s
+    "tests/project/test_error_contract.py",  # 56 s
+    "tests/builder/support_matrix/test_support_matrix.py",  # 49 s
+    "tests/builder/score/test_score_served.py",  # 45 s
+    "tests/builder/convert/test_typed_models.py",  # 41 s
+    "tests/builder/mlflow_deploy/test_mlflow_deployments.py",  # 40 s
     "tests/builder/runtime/test_runtime.py",  # 37 s
-    "tests/builder/convert/test_typed_models.py",  # 37 s
-    "tests/builder/tune/test_tune_cli.py",  # 32 s
-    "tests/builder/repository/test_repository_crash.py",  # 26 s
-    "tests/gateway/test_gateway_oip.py",  # 26 s
-    "tests/gateway/test_gateway_release_gate.py",  # 24 s
-    "tests/loadtests/test_gate.py",  # 23 s
-    "tests/builder/mlflow_deploy/test_mlflow_deployments.py",  # 23 s
-    "tests/gateway/payload_log/test_payload_log_s3.py",  # 23 s
-    "tests/builder/export/test_export_kinds.py",  # 22 s
-    "tests/gateway/test_gateway_recovery.py",  # 22 s
+    "tests/builder/repository/test_repository_crash.py",  # 36 s
+    "tests/gateway/test_gateway_feature_reads.py",  # 32 s
+    "tests/builder/tune/test_tune_cli.py",  # 30 s
+    "tests/loadtests/test_gate.py",  # 26 s
+    "tests/builder/export/test_export_kinds.py",  # 23 s
+    "tests/builder/export/test_export_serve.py",  # 19 s
+    "tests/release/test_release_modes.py",  # 18 s
+    "tests/gateway/test_gateway_redis_faults.py",  # 18 s
+    "tests/gateway/test_gateway_release_gate.py",  # 17 s
 )
 
 

@@ -107,7 +107,9 @@ class DirectFeatures:
     async def _read(self, reader: Any, entity_rows: Sequence[Mapping[str, Any]]) -> Any:
         """Redis asynchronously on this loop; SQLite (~20 µs) inline, or in a thread when asked."""
         if reader.spec.store.type == "redis":
-            return await asyncio.wait_for(reader.read_async(entity_rows), self.timeout_s)
+            # asyncio.timeout, not wait_for: no task of its own per read (~8 µs of the ~30 a read cost)
+            async with asyncio.timeout(self.timeout_s):
+                return await reader.read_async(entity_rows)
         if self.settings.reads == "thread":
             return await asyncio.wait_for(asyncio.to_thread(reader.read, entity_rows), self.timeout_s)
         start = time.monotonic()

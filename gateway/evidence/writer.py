@@ -2,7 +2,7 @@
 
 Observers run on the event loop after the callers were answered (gateway/observe.py) and must
 not wait, so they only append here. One task sends whatever accumulated meanwhile in one round
-trip (one Lua call on Redis, one transaction on SQLite), then waits ``linger_s`` (5 ms) and looks
+trip (one Lua call on Redis, one transaction on SQLite), then waits ``linger_s`` (20 ms) and looks
 again: under load each round trip carries many requests' rows, at one request a second each goes
 alone within milliseconds. Count sources (the shadow runner's one-minute slots) are drained
 every ``count_every_s``.
@@ -30,8 +30,11 @@ log = logging.getLogger("gateway.evidence")
 MAX_PENDING: Final = 100_000
 # After a round trip the writer waits this long before the next, so one carries every row that
 # came meanwhile (measured: one call per served batch cost the gateway +40 us a request at 16
-# clients; evidence a few milliseconds later costs nothing).
-LINGER_S: Final = 0.005
+# clients; evidence a few milliseconds later costs nothing). 20 ms, not 5: each round trip on the
+# SQLite store (a thread hand-off and a transaction) cost ~150 µs of the gateway's CPU, a fifth
+# of a one-client request's at 5 ms (issue 33, make bench (c)); the answers are needed when
+# labels come, seconds to weeks later.
+LINGER_S: Final = 0.02
 LOG_EVERY_S: Final = 10.0
 
 CountSource = Callable[[], Sequence[SlotCounts]]
@@ -112,7 +115,7 @@ class EvidenceWriter:
     async def flush(self, drain_counts: bool = True) -> None:
         """Send everything waiting now (and the count sources' slots with ``drain_counts``)."""
         registers, self._registers = self._registers, {}
-        remembered, self._remembered, self._rows = self._remembered, [], 0
+        remembered, self._remembered, self._rows = _merged(self._remembered), [], 0
         puts, self._puts = self._puts, {}
         try:
             for (model, pair), info in registers.items():
@@ -162,3 +165,28 @@ class EvidenceWriter:
             await asyncio.wait_for(self.flush(), timeout=wait_s)
         except TimeoutError:
             log.warning("evidence still waiting at shutdown was not written within %.1f s", wait_s)
+
+
+def _merged(items: list[Remembered]) -> list[Remembered]:
+    """The batches waiting, one per (model, answering version, champion or not), in the order
+    each first came: a store then checks and writes each group in one statement, not one per
+    served batch (the SQLite store's per-statement cost was most of a flush)."""
+    if len(items) < 2:
+        return items
+    groups: dict[tuple[str, str, bool], list[Remembered]] = {}
+    for item in items:
+        groups.setdefault((item.model, item.pair, item.champion), []).append(item)
+    if len(groups) == len(items):
+        return items
+    return [
+        group[0]
+        if len(group) == 1
+        else Remembered(
+            model,
+            pair,
+            champion,
+            [i for g in group for i in g.ids],
+            [a for g in group for a in g.answers],
+        )
+        for (model, pair, champion), group in groups.items()
+    ]

@@ -20,13 +20,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Final
 
-import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from gateway.catalog import ModelSpec
 from gateway.errors import BadRequest, ModelNotFound
-from gateway.grpc.handling import Context, Rpc, generic_handler
+from gateway.grpc.handling import Context, Handlers, Rpc, method_handlers
 from gateway.oip import mapping
 from gateway.oip.tensors import DATATYPES, elements, from_raw, text, to_raw
 from gateway.responses import PredictResult
@@ -169,8 +168,8 @@ class OipServicer:
 _PUBLIC: Final = frozenset({"ServerLive", "ServerReady", "ServerMetadata"})  # open, as HTTP's probes
 
 
-def handler(service: Service) -> grpc.GenericRpcHandler:
-    """The implemented RPCs of ``inference.GRPCInferenceService``, for ``add_generic_rpc_handlers``."""
+def handlers(service: Service) -> Handlers:
+    """The implemented RPCs of ``inference.GRPCInferenceService``, for ``add_registered_method_handlers``."""
     servicer = OipServicer(service)
     methods = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods_by_name
     rpcs = {}
@@ -189,4 +188,4 @@ def handler(service: Service) -> grpc.GenericRpcHandler:
         route="oip_grpc_infer",
         model_of=lambda request: str(request.model_name),
     )
-    return generic_handler(service, SERVICE, rpcs)
+    return method_handlers(service, SERVICE, rpcs)

@@ -32,6 +32,7 @@ def create_server(service: Service, address: str, reuse_port: bool = False) -> g
     if reuse_port:  # workers share the port (gateway serve --workers)
         options.append(("grpc.so_reuseport", 1))
     server = grpc.aio.server(options=options)
-    server.add_generic_rpc_handlers((v1.handler(service), oip.handler(service)))
+    for name, methods in (v1.handlers(service), oip.handlers(service)):
+        server.add_registered_method_handlers(name, methods)
     server.add_insecure_port(address)
     return server

@@ -8,12 +8,11 @@ gateway/grpc/handling.py's, as for the Open Inference Protocol's service.
 
 from __future__ import annotations
 
-import grpc
 import numpy as np
 from google.protobuf import unknown_fields
 
 from gateway.errors import InvalidInput
-from gateway.grpc.handling import Context, Rpc, generic_handler
+from gateway.grpc.handling import Context, Handlers, Rpc, method_handlers
 from gateway.proto import gateway_pb2, to_value
 from gateway.request import PredictRequest, Row
 from gateway.responses import Explanation, Prediction, PredictResult
@@ -115,8 +114,8 @@ class GatewayServicer:
         return to_response(await self.service.predictor.predict(parse_request(request)))
 
 
-def handler(service: Service) -> grpc.GenericRpcHandler:
-    """``gateway.v1.Gateway``'s one method, for ``add_generic_rpc_handlers``."""
+def handlers(service: Service) -> Handlers:
+    """``gateway.v1.Gateway``'s one method, for ``add_registered_method_handlers``."""
     predict = Rpc(
         GatewayServicer(service).Predict,
         gateway_pb2.PredictRequest,
@@ -124,4 +123,4 @@ def handler(service: Service) -> grpc.GenericRpcHandler:
         route="grpc_predict",
         model_of=lambda request: str(request.model),
     )
-    return generic_handler(service, SERVICE, {"Predict": predict})
+    return method_handlers(service, SERVICE, {"Predict": predict})

@@ -1,12 +1,17 @@
-"""The bare ASGI routes: ``POST`` routes answered from the ASGI scope, before the framework.
+"""The bare routes: ``POST`` routes answered before the framework, from the ASGI scope or, on
+the gateway's own server, straight from the HTTP protocol (gateway/http/protocol.py).
 
 ``POST /v1/models/{model}/predict`` and the Open Inference Protocol's ``POST /v2/models/{m}/infer``
 are the hot path, and FastAPI/Starlette's routing, dependency solving, request objects and
 middleware were a fifth of the gateway's GIL time per request at 16 clients (py-spy, ``make
 bench``). So each is a ``BareRoute`` in front of the FastAPI app, which gets every other request.
 A route says which paths it answers (``target``) and how it turns a body into an answer
-(``answer``); the rest is here, once for both: the method, the auth check and the error answer
-of gateway/http/handling.py, the bounded body of gateway/http/bodies.py, the request metrics.
+(``answer``); the rest is here, once for both ways in: the method, the auth check and the error
+answer of gateway/http/handling.py, the bounded body of gateway/http/bodies.py, the request
+metrics (``respond``). Under ``gateway serve`` the protocol answers these routes itself, without
+an ASGI scope, request cycle or middleware (gateway/http/protocol.py says what that saved); the
+ASGI form (``__call__``) answers what the protocol hands on: another method, a pipelined
+request, ``Expect: 100-continue``, a percent-encoded path, and every in-process test app.
 """
 
 from __future__ import annotations
@@ -67,22 +72,39 @@ class BareRoute:
         if target is None:
             await self.app(scope, receive, send)
             return
+        headers = dict(scope["headers"])  # ASGI lower-cases header names
+
+        def read() -> Awaitable[bytes]:
+            return read_asgi_body(headers.get(b"content-length"), receive, self.limit)
+
         with metrics.request(self.route, self.service.models) as call:
             call.model = target[0]
-            status, body, headers = await self._serve(target, scope, receive)
+            status, body, extra = await self.respond(target, scope["method"], headers, read)
             call.status = str(status)
-            await send_json(send, status, body, headers)
+            await send_json(send, status, body, extra)
 
-    async def _serve(self, target: Target, scope: Scope, receive: Receive) -> tuple[int, bytes, Headers]:
+    async def respond(
+        self, target: Target, method: str, headers: dict[bytes, bytes], read: Callable[[], Awaitable[bytes]]
+    ) -> tuple[int, bytes, Headers]:
+        """The answer to one request of this route (status, JSON body, extra headers), an error
+        answer for whatever it raised; ``read`` gives the body (raising TooLarge past the limit)."""
         try:
-            if scope["method"] != "POST":
-                raise MethodNotAllowed(f"{scope['method']} is not allowed here: POST {self.post}")
-            headers = dict(scope["headers"])  # ASGI lower-cases header names
+            if method != "POST":
+                raise MethodNotAllowed(f"{method} is not allowed here: POST {self.post}")
             authorize(self.service, _text(headers.get(b"x-api-key")), _text(headers.get(b"authorization")))
-            body = await read_asgi_body(headers.get(b"content-length"), receive, self.limit)
+            body = await read()
             return 200, await self.answer(target, headers, body), []
         except GatewayError as exc:
             return error_body(exc, self.oip)
         except Exception:
             log.exception("unexpected error serving %s", target[0])
             return error_body(GatewayError("internal error"), self.oip)
+
+
+def bare_routes(app: ASGIApp) -> tuple[BareRoute, ...]:
+    """The bare routes chained in front of ``app`` (each ``BareRoute``'s ``app`` is the next)."""
+    routes: list[BareRoute] = []
+    while isinstance(app, BareRoute):
+        routes.append(app)
+        app = app.app
+    return tuple(routes)

@@ -56,6 +56,7 @@ SERVING_ROOTS = [
     "redis",
     "hiredis",  # feast_access/online/redis.py parses the replies with it
     "mmh3",  # ... and hashes the feature fields with it
+    "orjson",  # gateway/http/bodies.py reads and writes the JSON bodies with it
 ]
 # What the full image adds: Feast (compile-features, the SDK reader, feature_repo's definitions),
 # the payload log's and the offline reports' pandas and pyarrow, feast_access.store's yaml, and

@@ -417,3 +417,68 @@ def test_the_chi_square_p_value_equals_scipy_s_without_scipy(dof: int) -> None:
     xs = [0.0, 1e-6, 0.5, dof / 2, dof, dof + 2, dof + 2.0001, 2 * dof + 5, 5 * dof + 40, math.inf]
     got = [chi2_sf(dof, x) for x in xs]
     np.testing.assert_allclose(got, sps.chi2.sf(xs, dof), rtol=1e-10, atol=1e-300)
+
+
+def _one_row_batches(data: dict[str, np.ndarray], size: int) -> list[dict[str, np.ndarray]]:
+    n = len(data["amount"])
+    return [{k: v[i : i + size] for k, v in data.items()} for i in range(0, n, size)]
+
+
+def test_batches_counted_later_together_count_as_each_did_at_once():
+    """On a running loop the monitor keeps served batches and counts them together (after
+    FLUSH_S, or FLUSH_ROWS rows); a report, the totals and a scrape count what waits first, so
+    every reader sees the same counts as when each batch was counted as it came."""
+    import asyncio
+
+    from gateway.drift import monitor as drift_monitor
+
+    data = training(3000, seed=0)
+    s = spec(reference_json(data))
+    served = training(300, seed=9)
+    at_once = DriftMonitor(clock=lambda: T0 + 90)
+    for i, part in enumerate(_one_row_batches(served, 1)):
+        at_once.observe(observation(s, part, at=T0 + (30 if i < 200 else 70)))  # two minutes
+
+    async def later() -> tuple[Any, Any, int, Any]:
+        monitor = DriftMonitor(clock=lambda: T0 + 90)
+        for i, part in enumerate(_one_row_batches(served, 1)):
+            monitor.observe(observation(s, part, at=T0 + (30 if i < 200 else 70)))
+        waiting = monitor._waiting_rows  # under FLUSH_ROWS: nothing counted yet
+        report = monitor.report(s, "1m")  # ... until a reader asks
+        (counts,) = monitor.versions()
+        return report, monitor.totals(counts), waiting, counts
+
+    report, (total, rows), waiting, counts = asyncio.run(later())
+    assert 0 < waiting < drift_monitor.FLUSH_ROWS
+    (want_counts,) = at_once.versions()
+    want_total, want_rows = at_once.totals(want_counts)
+    assert rows == want_rows == 300 and total.tolist() == want_total.tolist()
+    assert report.to_dict() == at_once.report(s, "1m").to_dict()  # the last minute: 100 rows
+    assert report.versions[0].rows == 100
+    for minute in (T0, T0 + 60):  # each batch in the minute it was served
+        got = counts.slots.window(minute + 59, 60)
+        want = want_counts.slots.window(minute + 59, 60)
+        assert got[1] == want[1] and got[0].tolist() == want[0].tolist()
+
+
+def test_a_scrape_counts_the_waiting_batches_and_many_rows_are_counted_at_once():
+    import asyncio
+
+    from gateway.drift import monitor as drift_monitor
+
+    data = training(3000, seed=0)
+    s = spec(reference_json(data))
+
+    async def main() -> tuple[int, str]:
+        monitor = DriftMonitor(clock=lambda: T0)
+        monitor.observe(observation(s, training(drift_monitor.FLUSH_ROWS, seed=3)))
+        counted_at_once = monitor._waiting_rows  # FLUSH_ROWS rows: counted without waiting
+        monitor.observe(observation(s, training(5, seed=4)))
+        registry = CollectorRegistry()
+        registry.register(DriftCollector(monitor))
+        return counted_at_once, generate_latest(registry).decode()
+
+    counted_at_once, text = asyncio.run(main())
+    assert counted_at_once == 0
+    rows = next(f for f in text_string_to_metric_families(text) if f.name == "gateway_drift_rows")
+    assert rows.samples[0].value == drift_monitor.FLUSH_ROWS + 5

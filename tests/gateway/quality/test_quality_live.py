@@ -400,3 +400,38 @@ def test_the_shadow_runners_challenger_rows_are_taken_as_one_argument(make: Any)
     assert versions[("2", "challenger")].rows == 2
     assert versions[("2", "challenger")].metrics["recall"] == 0.0  # 0.3 < 0.5: the fraud missed
     assert versions[("1", "champion")].metrics["recall"] == 1.0
+
+
+def test_many_batches_in_one_round_trip_are_kept_as_each_alone(make: Any) -> None:
+    """Served batches handed over between two round trips go to the store one group per
+    (model, version, champion or challenger), rows in order: labels then pair with every one of
+    them, champion and challenger alike, as when each batch had its own round trip."""
+    from gateway.evidence import writer as evidence_writer
+
+    monitor = make()
+    champion, challenger = spec(version="1"), spec(version="2")
+    sent: list[list[Any]] = []
+    store_remember = monitor.store.remember
+
+    async def remember(batches: Any) -> None:
+        sent.append(list(batches))
+        await store_remember(batches)
+
+    monitor.store.remember = remember  # type: ignore[method-assign]
+    scores = [0.1 * i for i in range(10)]
+    for i in range(10):  # ten one-row batches, alternating with their challenger's answers
+        monitor.monitor.observe(observation(champion, scored([scores[i]]), [f"q{i}"]))
+        monitor.monitor.remember_challenger(
+            ChallengerRows(MODEL, MODEL, "2", challenger, [f"q{i}"], scored([1 - scores[i]]), T0)
+        )
+    monitor._run(monitor.writer.flush())
+    ((first, second),) = sent  # one round trip, two groups
+    assert (first.champion, list(first.ids)) == (True, [f"q{i}" for i in range(10)])
+    assert (second.champion, list(second.ids)) == (False, [f"q{i}" for i in range(10)])
+    assert evidence_writer._merged([first]) == [first]
+    result = monitor.feedback(champion, [FeedbackItem(f"q{i}", int(i >= 5)) for i in range(10)])
+    assert result.to_dict()["accepted"] == 10
+    report = monitor.report(champion, "1h").to_dict()
+    assert [(v["version"], v["rows"]) for v in report["versions"]] == [("1", 10), ("2", 10)]
+    assert report["versions"][0]["metrics"]["auc"] == pytest.approx(1.0)
+    assert report["versions"][1]["metrics"]["auc"] == pytest.approx(0.0)
