@@ -1,6 +1,6 @@
 """Reason codes through the real stack: the session's fraud model exported again with
 ``--explain`` (its explainer loaded beside it in the session's Triton), and a three-class
-HistGradientBoosting Pipeline on the same features; `gateway serve` in front, over HTTP, gRPC and
+RandomForest Pipeline on the same features; `gateway serve` in front, over HTTP, gRPC and
 the Open Inference Protocol.
 
 Each explanation is checked against shap's TreeExplainer on the native Pipeline for the input
@@ -167,7 +167,7 @@ def test_multiclass_reasons_are_the_predicted_class_and_equal_shap(explained: Ex
         assert explanation["base_value"] + sum(got.values()) == pytest.approx(
             explanation["raw_score"], abs=1e-9
         )
-        assert explanation["units"] == "log_odds"  # the class's margin (softmax logit)
+        assert explanation["units"] == "probability"  # a forest's: the class's probability
 
 
 def test_oip_lists_explanations_and_answers_them_only_when_asked(explained: Explained):
