@@ -380,7 +380,8 @@ def register_multiclass(stack: Stack, name: str) -> Any:
             ),
         ]
     )
-    model = Pipeline([("preprocess", preprocess), ("model", RandomForestClassifier(n_estimators=15, max_depth=6, random_state=0))])
+    forest = RandomForestClassifier(n_estimators=15, max_depth=6, random_state=0)
+    model = Pipeline([("preprocess", preprocess), ("model", forest)])
     model.fit(X, y)
     with mlflow.start_run():
         mlflow.set_tags(
