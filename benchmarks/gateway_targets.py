@@ -9,7 +9,9 @@ The request path, measured stage by stage and end to end (benchmarks/gateway_cpu
 - **gRPC and OIP-gRPC** at most 1.5x HTTP's gateway CPU per request at 16 clients. The
   gateway's own gRPC (``gateway.v1.Gateway/Predict``) has no C load generator here, so it and
   HTTP are driven by the same Python client (``gateway_loadgen.py``: grpc.aio and aiohttp, one
-  process); the Open Inference Protocol over gRPC and over HTTP by ``perf_analyzer`` (C++,
+  process), beside grpcio's own floor (benchmarks/grpc_floor.py: a grpc.aio server built as the
+  gateway's that answers without any work); the Open Inference Protocol over gRPC and over HTTP
+  by ``perf_analyzer`` (C++,
   ``make perf-analyzer``; skipped with the reason when it is absent), against HTTP under
   ``wrk``. Windows alternated, the median of ``--targets-rounds``;
 - **latency against direct Triton** (KServe V2 JSON under the same ``wrk``): p50 at 1 client at
@@ -31,10 +33,13 @@ import tempfile
 import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.gateway_loadgen import Target, Traffic, measure
+from benchmarks import grpc_floor
+from benchmarks.gateway_loadgen import Target, Traffic, Window, measure
+from builder.runtime.ports import free_port
 from builder.tune.load import Plan, group_cpu_seconds
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -118,6 +123,34 @@ def _median_of(runs: list[dict[str, Any]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
+FLOOR = "grpcio alone, no work"  # benchmarks/grpc_floor.py
+
+
+def _one_answer(target: Target, traffic: Traffic) -> bytes:
+    """The gateway's own ``PredictResponse`` to the first row, serialized: what the floor
+    server answers to every call."""
+    import grpc
+
+    from gateway.proto import gateway_pb2, gateway_pb2_grpc, to_value
+
+    row = gateway_pb2.Row(fields={k: to_value(v) for k, v in traffic.rows[0].items()})
+    with grpc.insecure_channel(target.gateway_grpc) as channel:
+        reply = gateway_pb2_grpc.GatewayStub(channel).Predict(
+            gateway_pb2.PredictRequest(model=target.model, rows=[row]), timeout=10
+        )
+    return bytes(reply.SerializeToString())
+
+
+def _window(w: Window) -> dict[str, Any]:
+    served = len(w.latencies_ns)
+    return {
+        "throughput_rps": served / w.seconds,
+        "gateway_us": w.gateway_cpu_s / served * 1e6 if served else None,
+        "client_cores": w.client_cpu_s / w.seconds,
+        "errors": w.errors,
+    }
+
+
 def grpc_points(
     pool: ProcessPoolExecutor,
     target: Target,
@@ -127,22 +160,25 @@ def grpc_points(
     rounds: int,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    """Gateway CPU per request at ``CONCURRENCY`` clients: HTTP and gRPC under the same Python
-    client (alternated H G G H ...), OIP over gRPC and over HTTP under perf_analyzer."""
-    windows: dict[str, list[dict[str, Any]]] = {"http": [], "grpc": []}
-    for r in range(rounds):
-        for mode in ("http", "grpc") if r % 2 == 0 else ("grpc", "http"):
-            say(f"gateway (issue 33): {mode}, Python client, {CONCURRENCY} clients, round {r + 1}/{rounds}")
-            w = pool.submit(measure, mode, target, traffic, Plan(CONCURRENCY, warmup_s, seconds)).result()
-            served = len(w.latencies_ns)
-            windows[mode].append(
-                {
-                    "throughput_rps": served / w.seconds,
-                    "gateway_us": w.gateway_cpu_s / served * 1e6 if served else None,
-                    "client_cores": w.client_cpu_s / w.seconds,
-                    "errors": w.errors,
-                }
-            )
+    """Gateway CPU per request at ``CONCURRENCY`` clients: HTTP, gRPC and grpcio's floor (a
+    server that only answers, benchmarks/grpc_floor.py) under the same Python client (alternated
+    H G F F G H ...), OIP over gRPC and over HTTP under perf_analyzer."""
+    windows: dict[str, list[dict[str, Any]]] = {"http": [], "grpc": [], FLOOR: []}
+    with tempfile.TemporaryDirectory(prefix="bench-floor-") as tmp:
+        port = free_port()
+        with grpc_floor.floor_server(port, _one_answer(target, traffic), Path(tmp)) as floor:
+            # The floor server under the gateway's gRPC client mode: same method, same bytes.
+            targets = {
+                "http": target,
+                "grpc": target,
+                FLOOR: replace(target, gateway_grpc=f"127.0.0.1:{port}", gateway_pgid=floor.pid),
+            }
+            for r in range(rounds):
+                for mode in ("http", "grpc", FLOOR) if r % 2 == 0 else (FLOOR, "grpc", "http"):
+                    say(f"gateway (issue 33): {mode}, Python client, {CONCURRENCY} clients, {r + 1}/{rounds}")
+                    plan = Plan(CONCURRENCY, warmup_s, seconds)
+                    w = pool.submit(measure, mode if mode != FLOOR else "grpc", targets[mode], traffic, plan)
+                    windows[mode].append(_window(w.result()))
     out: dict[str, Any] = {
         f"{mode} (Python client)": {
             "gateway_us": _median_of(ws, "gateway_us"),

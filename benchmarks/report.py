@@ -433,6 +433,17 @@ def targets_markdown(t: dict[str, Any]) -> list[str]:
             *_table(["path", "req/s", "gateway CPU µs/req", "client cores", "failed"], rows),
             "",
         ]
+        floor = grpc.get("grpcio alone, no work (Python client)", {}).get("gateway_us")
+        same = grpc.get("http (Python client)", {}).get("gateway_us")
+        if floor and same:
+            lines += [
+                f"grpcio alone (benchmarks/grpc_floor.py: the gateway's grpc.aio server that answers "
+                f"without any work) costs {floor:,.0f} µs of CPU per call: {floor / same:.2f}x the "
+                "gateway's whole HTTP request under the same client. The gRPC / HTTP aim cannot be "
+                "met while the gRPC server is grpcio; what the gateway adds over it is the gRPC "
+                "row minus this one.",
+                "",
+            ]
         if not any(k.startswith("OIP") for k in grpc):
             lines += [f"OIP not measured: {grpc.get('perf_analyzer')}.", ""]
     lines += _table(
