@@ -16,7 +16,8 @@ from rich.console import Console
 
 from gateway.refusal import refuse
 
-console = Console(stderr=True, highlight=False)
+# The banner: one line as written (not wrapped at 80 columns), no emoji table loaded for it.
+console = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
 
 
 def refuse_busy_ports(settings: Any) -> None:

@@ -117,7 +117,8 @@ class DriftMonitor:
         self.sample = sample
         self.thresholds = thresholds or Thresholds()
         self.clock = clock
-        self._rng = np.random.default_rng(seed)
+        # Only a sampling monitor draws (numpy.random is ~2 MiB a gateway need not load).
+        self._rng = np.random.default_rng(seed) if sample < 1.0 else None
         self._versions: dict[tuple[str, str], VersionCounts] = {}
         self._lock = threading.Lock()
         self._waiting: list[Observation] = []  # served, not counted yet
@@ -170,7 +171,7 @@ class DriftMonitor:
             return
         n = observation.rows
         keep = None
-        if self.sample < 1.0:
+        if self._rng is not None:
             keep = np.flatnonzero(self._rng.random(n) < self.sample)
             n = len(keep)
             if n == 0:

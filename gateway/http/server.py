@@ -34,6 +34,7 @@ def http_server(service: Service) -> uvicorn.Server:
         log_level="warning",
         access_log=False,
         lifespan="on",
+        ws="none",  # no WebSocket routes: uvicorn's "auto" would load the websockets package
         http=protocol_for(bare_routes(app)),  # also closes connections that never send a request
         timeout_keep_alive=settings.idle_timeout_s,  # type: ignore[arg-type]  # int said; a float works
     )
