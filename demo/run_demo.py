@@ -124,7 +124,9 @@ def http_json(url: str, body: object | None = None) -> tuple[int, dict]:
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGINT)
+    # SIGTERM, as Kubernetes stops a pod: the same graceful stop as Ctrl-C, and not ignored where
+    # the demo runs as a background job (nohup, CI), which starts its children ignoring SIGINT.
+    proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=30)
     except subprocess.TimeoutExpired:

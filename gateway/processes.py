@@ -84,12 +84,41 @@ def worker(settings: Any, reuse_port: bool) -> None:
         if not reuse_port:
             _run(settings, _serve(settings, settings.models))
             return
+        if not _stop_with_supervisor():
+            return  # the supervisor died while this worker started: nothing to serve for
         # a worker stopped by Ctrl-C with its process group: uvicorn has shut down already
         with contextlib.suppress(KeyboardInterrupt):
             _run(settings, _serve(settings, settings.models, reuse_port))
     except FeatureSpecError as exc:  # at start, before serving: the specs do not fit this gateway
         report_error(str(exc), "compile them again with `gateway compile-features --out DIR`")
         sys.exit(2)
+
+
+def _stop_with_supervisor() -> bool:
+    """Have the kernel send this worker SIGTERM (its graceful stop) when the supervisor dies,
+    however it dies; False when it has died already.
+
+    The supervisor stops its workers on SIGINT and SIGTERM, but one killed outright (SIGKILL, the
+    OOM killer, a caller's timeout after a SIGINT that a background job ignores) left them
+    serving on the port, orphaned: the demo's step 10, run under nohup, left two behind on 8080.
+    Linux's ``PR_SET_PDEATHSIG`` ties each worker to its parent; elsewhere there is no such call
+    and a killed supervisor's workers must be stopped by hand (their process group)."""
+    import multiprocessing
+    import signal
+
+    parent = multiprocessing.parent_process()
+    if sys.platform != "linux" or parent is None:
+        return True
+    import ctypes
+
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0) != 0:
+        logging.getLogger("gateway").warning(
+            "workers will not stop with a killed supervisor: prctl failed (errno %d)", ctypes.get_errno()
+        )
+        return True
+    return os.getppid() == parent.pid  # it died before the call: no signal will come
 
 
 def _without_torch() -> None:

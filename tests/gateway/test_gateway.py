@@ -404,6 +404,35 @@ def test_two_workers_share_both_ports_and_stop_together(stack: Stack, tmp_path):
         assert not any(Path(f"/proc/{c}").exists() for c in children)
 
 
+def _running(pid: str) -> bool:
+    """Alive and not a zombie (an orphan's exit is reaped by whatever adopted it, maybe late)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_stop_when_their_supervisor_is_killed(stack: Stack, tmp_path):
+    # A supervisor killed outright (SIGKILL, the OOM killer, a caller's timeout) runs no handler:
+    # its workers used to go on serving the port, orphaned. Now the kernel tells each (SIGTERM).
+    with servers.gateway_process(tmp_path, gateway_env(stack, GATEWAY_WORKERS="2")) as gw:
+        children = [
+            c
+            for c in Path(f"/proc/{gw.proc.pid}/task/{gw.proc.pid}/children").read_text().split()
+            if b"spawn_main" in Path(f"/proc/{c}/cmdline").read_bytes()
+        ]
+        assert len(children) == 2, children
+        assert predict(gw, {"rows": ROWS}).status_code == 200
+        gw.proc.kill()
+        gw.proc.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while any(_running(c) for c in children) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(_running(c) for c in children), "workers outlived their supervisor"
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"{gw.url}/healthz", timeout=5)  # nobody serves the port any more
+
+
 def test_the_pre_resolved_read_returns_what_the_feast_sdk_returns(stack: Stack):
     # gateway/clients/online_read.py calls the store's online_read itself; the SDK's answer is the reference
     import asyncio
