@@ -75,13 +75,16 @@ def compiled_specs(feature_repo: Path) -> Path:
     return folder
 
 
-def flood_labels(job: tuple[str, str, list[dict[str, Any]], int, float, float]) -> list[int]:
-    """Batches of 100 labels to ``url``'s ``model`` as fast as the gateway answers, from the
-    wall-clock time ``start`` to ``end``; the statuses got (-1: a 503 without Retry-After)."""
-    url, model, labels, seed, start, end = job
+def flood_labels(job: tuple[str, str, list[dict[str, Any]], int, Any, float]) -> list[int]:
+    """Batches of 100 labels to ``url``'s ``model`` as fast as the gateway answers, for
+    ``seconds`` from when every sender and the test have reached ``ready`` (a Manager's
+    Barrier: on a loaded machine, starting 8 interpreters took longer than any fixed lead);
+    the statuses got (-1: a 503 without Retry-After)."""
+    url, model, labels, seed, ready, seconds = job
     rng = np.random.default_rng(seed)
     statuses = []
-    time.sleep(max(0.0, start - time.time()))
+    ready.wait(timeout=120)
+    end = time.time() + seconds
     with requests.Session() as session:
         while time.time() < end:
             picked = [labels[i] for i in rng.integers(0, len(labels), 100)]

@@ -446,11 +446,12 @@ def test_a_label_flood_never_starves_predictions(
         # the senders are processes of their own, as real ones are: threads here would make this
         # process's own GIL part of the latency it measures
         context = multiprocessing.get_context("spawn")
-        with context.Pool(8) as pool:
-            start = time.time() + 3.0  # every sender started by then
-            jobs = [(gw.url, NAME, labels, seed, start, start + 8.0) for seed in range(8)]
-            flooding = pool.map_async(flood_labels, jobs)
-            time.sleep(max(0.0, start + 0.5 - time.time()))
+        with context.Manager() as manager, context.Pool(8) as pool:
+            ready = manager.Barrier(9)  # the 8 senders and this test: the flood starts at once
+            jobs = [(gw.url, NAME, labels, seed, ready, 8.0) for seed in range(8)]
+            flooding = pool.map_async(flood_labels, jobs, chunksize=1)
+            ready.wait(timeout=120)
+            time.sleep(0.5)
             flooded = predict_latencies(gw.url, rows, 6.0)
             statuses = [s for part in flooding.get(timeout=60) for s in part]
         assert set(statuses) <= {200, 503} and statuses.count(200) > 0, set(statuses)
