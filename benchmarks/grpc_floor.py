@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +26,7 @@ import grpc
 from gateway.grpc.server import server_options
 from gateway.grpc.v1 import SERVICE
 from gateway.settings import LimitSettings, ServerSettings
+from support.servers import terminate
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -63,15 +63,9 @@ def floor_server(port: int, response: bytes, folder: Path) -> Iterator[subproces
         line = proc.stdout.readline()  # "serving", or "" when it died
         if line.strip() != "serving":
             raise RuntimeError(f"the grpcio floor server did not start (exit {proc.poll()})")
-        time.sleep(0.2)
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        terminate(proc)
         if proc.stdout is not None:
             proc.stdout.close()
 

@@ -390,21 +390,24 @@ def cpu_markdown(c: dict[str, Any]) -> list[str]:
             + ".",
             "",
         ]
-    lines += [
-        *_table(
-            ["aim (issue 16)", "measured", "limit", "met"],
-            [
-                [
-                    v["aim"],
-                    "—" if v["measured"] is None else f"{v['measured']:,.3g}",
-                    f"{v['limit']:g}",
-                    "yes" if v["met"] else "**no**",
-                ]
-                for v in c.get("verdicts", [])
-            ],
-        ),
-    ]
+    lines += _verdicts("issue 16", c.get("verdicts", []))
     return lines
+
+
+def _verdicts(issue: str, verdicts: list[dict[str, Any]]) -> list[str]:
+    """Each aim's measured figure, its limit and whether it is met, as a table."""
+    return _table(
+        [f"aim ({issue})", "measured", "limit", "met"],
+        [
+            [
+                v["aim"],
+                "—" if v["measured"] is None else f"{v['measured']:,.3g}",
+                f"{v['limit']:g}",
+                "yes" if v["met"] else "**no**",
+            ]
+            for v in verdicts
+        ],
+    )
 
 
 def targets_markdown(t: dict[str, Any]) -> list[str]:
@@ -446,18 +449,7 @@ def targets_markdown(t: dict[str, Any]) -> list[str]:
             ]
         if not any(k.startswith("OIP") for k in grpc):
             lines += [f"OIP not measured: {grpc.get('perf_analyzer')}.", ""]
-    lines += _table(
-        ["aim (issue 33 #3)", "measured", "limit", "met"],
-        [
-            [
-                v["aim"],
-                "—" if v["measured"] is None else f"{v['measured']:,.3g}",
-                f"{v['limit']:g}",
-                "yes" if v["met"] else "**no**",
-            ]
-            for v in t.get("verdicts", [])
-        ],
-    )
+    lines += _verdicts("issue 33 #3", t.get("verdicts", []))
     return lines
 
 

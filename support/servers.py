@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from builder.runtime.paths import RuntimePaths
@@ -88,6 +88,18 @@ class ServerStartError(RuntimeError):
     """A server the support code started exited or did not answer in time; the message has its log."""
 
 
+def terminate(proc: subprocess.Popen[Any], timeout: float = 10) -> None:
+    """SIGTERM a server still running, SIGKILL it after ``timeout`` s, and reap it."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -122,13 +134,7 @@ class RedisServer:
         return _await_ping(self, timeout)
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        terminate(self.proc)
 
 
 @contextmanager
@@ -295,10 +301,4 @@ def s3_server(workdir: Path, *, timeout: float = 30) -> Iterator[S3Server]:
             time.sleep(0.1)
         yield server
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        terminate(proc)
