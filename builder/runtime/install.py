@@ -70,6 +70,18 @@ def _python_libdir() -> Path:
     return Path(libdir)
 
 
+def _uv() -> str | None:
+    """uv, where this environment has it (the Makefile's venv does: requirements/bootstrap.lock).
+    With its cache warm it lays out the runtime in ~3 s where pip takes ~19 s on 2 cores (the
+    model env's venv and pip run alone ~13 s); a builder installed without uv uses pip."""
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv")
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
@@ -125,9 +137,9 @@ def _run(step: str, cmd: Sequence[str | Path]) -> None:
             hint="check network access to the package index and rerun `builder runtime install`",
         ) from exc
     if done.returncode != 0:
-        tool = "pip" if "pip" in cmd[1:3] else Path(str(cmd[0])).name
+        tool = "pip" if "pip" in cmd[1:3] and Path(str(cmd[0])).name != "uv" else Path(str(cmd[0])).name
         lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-        errors = [ln for ln in lines if ln.startswith("ERROR")] or lines or ["(no output)"]
+        errors = [ln for ln in lines if ln.lower().startswith(("error", "  × "))] or lines or ["(no output)"]
         raise RuntimeSetupError(
             f"runtime install step '{step}' failed: {tool} exited {done.returncode}: {errors[-1].strip()}",
             hint="fix the cause above and rerun `builder runtime install`; finished steps are kept",
@@ -156,10 +168,13 @@ def _install_server(paths: RuntimePaths, log: Log) -> None:
         return
     staging = _staging_dir(paths.root, "pytriton")
     try:
+        uv = _uv()
         _run(
             "download Triton server",
-            [sys.executable, "-m", "pip", "install", "--no-deps", "--no-input",
-             "--disable-pip-version-check", "--target", staging, PYTRITON_REQUIREMENT],
+            [uv, "pip", "install", "--quiet", "--no-deps", "--target", staging, PYTRITON_REQUIREMENT]
+            if uv
+            else [sys.executable, "-m", "pip", "install", "--no-deps", "--no-input",
+                  "--disable-pip-version-check", "--target", staging, PYTRITON_REQUIREMENT],
         )  # fmt: skip
         (staging / _MARKER).write_text(json.dumps(wanted))
         shutil.rmtree(paths.pytriton_dir, ignore_errors=True)
@@ -211,12 +226,21 @@ def _install_model_env(paths: RuntimePaths, log: Log) -> None:
         return
     shutil.rmtree(paths.model_env, ignore_errors=True)
     try:
-        _run("create model env", [sys.executable, "-m", "venv", "--clear", paths.model_env])
-        _run(
-            "install model env requirements",
-            [paths.model_env_python, "-m", "pip", "install", "--no-input",
-             "--disable-pip-version-check", *MODEL_ENV_REQUIREMENTS],
-        )  # fmt: skip
+        uv = _uv()
+        if uv:  # the venv on this interpreter's base Python, as `python -m venv` makes it
+            _run("create model env", [uv, "venv", "--quiet", "--python", sys.executable, paths.model_env])
+            _run(
+                "install model env requirements",
+                [uv, "pip", "install", "--quiet", "--python", paths.model_env_python,
+                 *MODEL_ENV_REQUIREMENTS],
+            )  # fmt: skip
+        else:
+            _run("create model env", [sys.executable, "-m", "venv", "--clear", paths.model_env])
+            _run(
+                "install model env requirements",
+                [paths.model_env_python, "-m", "pip", "install", "--no-input",
+                 "--disable-pip-version-check", *MODEL_ENV_REQUIREMENTS],
+            )  # fmt: skip
         (paths.model_env / _MARKER).write_text(json.dumps(wanted))
     except BaseException:
         shutil.rmtree(paths.model_env, ignore_errors=True)
