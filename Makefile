@@ -46,8 +46,8 @@ setup-demo: venv-core runtime
 # instead: the fallback where uv cannot reach the index pip is set up for (uv does not read
 # pip.conf). torch's CPU build is installed by pip either way: it lies in pip's find-links.
 # No bytecode compiled at install (uv's default; pip's --no-compile): Python writes the .pyc of
-# what is imported on first import, where compiling all 1.4 GB took ~75 s of a fresh setup's
-# ~80 s (torch alone ~20 s); the image compiles all of its venv, which runs read-only.
+# what is imported on first import (below), where compiling all 1.4 GB took ~75 s of a fresh
+# setup's ~80 s (torch alone ~20 s); the image compiles all of its venv, which runs read-only.
 INSTALLER ?= uv
 ifeq ($(INSTALLER),pip)
 LOCKED_INSTALL = $(BIN)/python -m pip install --quiet --no-compile --require-hashes --no-deps -r
@@ -71,10 +71,11 @@ NEW_VENV = { test -x $(BIN)/python || $(PYTHON) -m venv --without-pip $(VENV); }
 	  $(BIN)/python -m pip install --quiet --require-hashes -r requirements/bootstrap.lock; fi
 
 # Python writes the bytecode of what it imports into the venv, once. Where the environment sets
-# PYTHONDONTWRITEBYTECODE (this machine's image does), nothing is ever written, the install
+# PYTHONDONTWRITEBYTECODE (this machine's image does), nothing was ever written, the install
 # compiles nothing either (above), and every process compiled scikit-learn, MLflow, Feast and
-# shap from source again: `make demo` took 184 s instead of 119 s. The venv is this project's
-# build output, so its recipes write it; what the user runs afterwards reads it either way.
+# shap from source again: the demo's steps took 184 s instead of 64 s (docs/testing.md). The
+# venv is this project's build output, so make's recipes write it; what the user runs
+# afterwards reads it either way.
 unexport PYTHONDONTWRITEBYTECODE
 
 venv: $(VENV_STAMP)
