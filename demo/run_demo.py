@@ -87,6 +87,7 @@ class Beside:
 
     def __init__(self, cmd: str, *args: str) -> None:
         self.line = f"{cmd} {' '.join(args)}"
+        self.name = f"{cmd} {args[0]}"  # as run() names a command that failed
         self.output = tempfile.TemporaryFile()  # noqa: SIM115 (closed in finish)
         # the terminal's width and colours, as the command would have printed them on its own
         env = {**os.environ, "COLUMNS": str(console.width)}
@@ -106,7 +107,7 @@ class Beside:
         sys.stdout.flush()
         self.output.close()
         if rc != 0:
-            sys.exit(f"demo: `{self.line.split(' --')[0]}` failed with exit code {rc}")
+            sys.exit(f"demo: `{self.name}` failed with exit code {rc}")
 
 
 def free_port(preferred: int) -> int:
